@@ -1,0 +1,8 @@
+# Fixed dtypes of the compiled core: int32 ids, int64 counters, float64 times (ms).
+from libc.stdint cimport int8_t, int32_t, int64_t, uint32_t, uint64_t
+
+ctypedef int32_t rid_t      # request index in the run's request table
+ctypedef int32_t slot_t     # physical KV block slot
+ctypedef int64_t count_t    # token / block counters
+ctypedef uint64_t hash_t    # chained block hash
+ctypedef double ms_t        # simulated time, milliseconds

@@ -1,0 +1,284 @@
+# cython: language_level=3
+"""Virtual-clock replay event loop (spec core-sim §6.1–§6.4).
+
+The whole loop runs in C without the GIL.  Python hands over the workload as numpy
+columns once, then calls ``advance`` (a bounded slice of simulated passes, so the
+caller can draw progress) until it reports completion, then reads the per-request
+columns and the streaming accumulators back once.
+"""
+import numpy as np
+cimport numpy as cnp
+from libc.math cimport INFINITY, NAN, isnan
+from libc.stdint cimport int8_t, int32_t, int64_t, uint64_t
+from libcpp.vector cimport vector
+from libcpp.queue cimport priority_queue
+from libcpp.pair cimport pair
+from mocker._core._types cimport rid_t
+from mocker._core.table cimport ReqTable, TokRun, RUN_CONST, RUN_GEN, ST_PENDING, ST_COMPLETED, ST_REJECTED
+from mocker._core.vllm cimport VllmRank
+from mocker._core.stats cimport (Welford, welford_init, welford_add, welford_mean, welford_std,
+                                 welford_min, welford_max, DDSketch, ddsketch_init, ddsketch_free,
+                                 ddsketch_add, ddsketch_percentile)
+
+cnp.import_array()
+
+ctypedef pair[double, int64_t] Arrival      # (-time, -rid): max-heap pops the earliest, then lowest rid
+
+
+class ReplayInvariantError(RuntimeError):
+    """The simulation can make no progress (reference wording kept)."""
+
+
+cdef class ReplayCore:
+    cdef ReqTable t
+    cdef list _ranks                     # keeps the VllmRank objects alive
+    cdef vector[void*] ranks             # borrowed VllmRank pointers (nogil access)
+    cdef int64_t n_workers
+    # workload
+    cdef vector[int64_t] run_off
+    cdef vector[TokRun] runs
+    cdef vector[int32_t] next_turn
+    cdef vector[double] delay
+    cdef vector[rid_t] static_rid        # first turns sorted by (arrival, rid) (timestamp mode)
+    cdef vector[double] static_time
+    cdef vector[rid_t] session_heads     # first turns in file order (concurrency mode)
+    cdef int64_t static_ptr, session_ptr
+    cdef int64_t concurrency
+    cdef bint delta
+    cdef vector[vector[TokRun]] full_runs  # delta mode: cumulative prompt runs until the next turn is built
+    cdef priority_queue[Arrival] dyn
+    cdef vector[rid_t] arrival_seq       # rids in arrival (routing) order
+    # state
+    cdef double now
+    cdef double max_sim
+    cdef vector[int8_t] busy
+    cdef vector[double] busy_until
+    cdef int64_t rr_next
+    cdef public int64_t arrived
+    cdef public int64_t terminal
+    cdef public int64_t passes
+    cdef public int64_t committed_prefill
+    cdef public bint done
+    cdef public int64_t stalled_inflight   # > 0: an effect-free zero-duration pass happened
+    # accumulators
+    cdef Welford itl
+    cdef DDSketch itl_sk
+    cdef DDSketch tput_sk
+    cdef Welford tput
+
+    def __cinit__(self):
+        welford_init(&self.itl)
+        welford_init(&self.tput)
+        if ddsketch_init(&self.itl_sk) != 0 or ddsketch_init(&self.tput_sk) != 0:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        ddsketch_free(&self.itl_sk)
+        ddsketch_free(&self.tput_sk)
+
+    def __init__(self, ReqTable table, list ranks, dict w, int64_t concurrency=0,
+                 double max_sim_time_ms=INFINITY, bint delta=False):
+        """``w``: numpy columns of the workload (see ``mocker.replay.run``)."""
+        cdef int64_t n = table.n, i
+        cdef cnp.int64_t[::1] run_off = w["run_off"]
+        cdef cnp.int8_t[::1] run_kind = w["run_kind"]
+        cdef cnp.uint64_t[::1] run_v = w["run_v"]
+        cdef cnp.int64_t[::1] run_start = w["run_start"]
+        cdef cnp.int64_t[::1] run_n = w["run_n"]
+        cdef cnp.int32_t[::1] next_turn = w["next_turn"]
+        cdef cnp.float64_t[::1] delay = w["delay_ms"]
+        cdef cnp.int64_t[::1] req_out = w["output_length"]
+        cdef cnp.int32_t[::1] heads = w["session_heads"]
+        cdef cnp.float64_t[::1] head_time = w["head_arrival_ms"]
+        cdef TokRun tr
+        self.t = table
+        self._ranks = ranks
+        for rk in ranks:
+            self.ranks.push_back(<void*>rk)
+        self.n_workers = len(ranks)
+        self.concurrency = concurrency
+        self.max_sim = max_sim_time_ms
+        self.delta = delta
+        self.run_off.assign(&run_off[0], &run_off[0] + n + 1)
+        for i in range(run_off[n]):
+            tr.kind = run_kind[i]
+            tr.v = run_v[i]
+            tr.start = run_start[i]
+            tr.n = run_n[i]
+            self.runs.push_back(tr)
+        self.next_turn.assign(&next_turn[0], &next_turn[0] + n)
+        self.delay.assign(&delay[0], &delay[0] + n)
+        for i in range(n):
+            table.req_out[i] = req_out[i]
+            table.max_out[i] = req_out[i]
+        if delta:
+            self.full_runs.resize(n)
+        # first turns: timestamp mode sorts by (time, rid); concurrency uses file order
+        order = np.lexsort((np.asarray(heads), np.asarray(head_time)))
+        for i in range(heads.shape[0]):
+            self.session_heads.push_back(heads[i])
+        if concurrency <= 0:
+            for i in order:
+                self.static_rid.push_back(heads[i])
+                self.static_time.push_back(head_time[i])
+        else:
+            for i in range(min(concurrency, heads.shape[0])):
+                self.dyn.push(Arrival(-0.0, -<int64_t>heads[i]))
+            self.session_ptr = min(concurrency, heads.shape[0])
+        self.busy.resize(self.n_workers, 0)
+        self.busy_until.resize(self.n_workers, 0.0)
+        self.now = 0.0
+
+    # -- arrivals ----------------------------------------------------------------
+    cdef void _arrive(self, rid_t r, double at) noexcept nogil:
+        cdef int64_t w = self.rr_next % self.n_workers
+        cdef rid_t prev
+        self.rr_next += 1
+        self.t.arrival[r] = at
+        self.t.worker[r] = <int32_t>w
+        if self.delta:
+            self.full_runs[r].insert(self.full_runs[r].end(),
+                                     self.runs.begin() + self.run_off[r],
+                                     self.runs.begin() + self.run_off[r + 1])
+            self.t.set_prompt_runs(r, self.full_runs[r].data(), <int64_t>self.full_runs[r].size())
+            if self.next_turn[r] < 0:
+                vector[TokRun]().swap(self.full_runs[r])
+        else:
+            self.t.set_prompt_runs(r, self.runs.data() + self.run_off[r], self.run_off[r + 1] - self.run_off[r])
+        self.arrived += 1
+        self.arrival_seq.push_back(r)
+        (<VllmRank>self.ranks[w]).add_request(r)
+
+    cdef void _on_terminal(self, rid_t r, double at) noexcept nogil:
+        cdef rid_t nt = self.next_turn[r]
+        cdef TokRun g
+        self.terminal += 1
+        self.t.release_content(r)
+        if nt >= 0:
+            if self.delta:
+                # next prompt = this prompt + this turn's output + the next row's delta
+                self.full_runs[nt].swap(self.full_runs[r])
+                if self.t.out_tokens[r] > 0:
+                    g.kind = RUN_GEN
+                    g.v = <uint64_t>r
+                    g.start = 0
+                    g.n = self.t.out_tokens[r]
+                    self.full_runs[nt].push_back(g)
+            self.dyn.push(Arrival(-(at + self.delay[nt]), -<int64_t>nt))
+        elif self.concurrency > 0 and self.session_ptr < <int64_t>self.session_heads.size():
+            self.dyn.push(Arrival(-at, -<int64_t>self.session_heads[self.session_ptr]))
+            self.session_ptr += 1
+
+    cdef inline double _next_arrival(self) noexcept nogil:
+        cdef double ta = INFINITY
+        if self.static_ptr < <int64_t>self.static_rid.size():
+            ta = self.static_time[self.static_ptr]
+        if not self.dyn.empty() and -self.dyn.top().first < ta:
+            ta = -self.dyn.top().first
+        return ta
+
+    cdef inline rid_t _pop_arrival(self, double now) noexcept nogil:
+        """Pop the earliest arrival at or before ``now`` (ties: lowest rid); -1 if none."""
+        cdef rid_t rs = -1, rd = -1
+        cdef double ts = INFINITY, td = INFINITY
+        if self.static_ptr < <int64_t>self.static_rid.size():
+            ts = self.static_time[self.static_ptr]
+            rs = self.static_rid[self.static_ptr]
+        if not self.dyn.empty():
+            td = -self.dyn.top().first
+            rd = <rid_t>(-self.dyn.top().second)
+        if ts <= now and (ts < td or (ts == td and rs < rd)):
+            self.static_ptr += 1
+            return rs
+        if td <= now:
+            self.dyn.pop()
+            return rd
+        return -1
+
+    # -- the loop -----------------------------------------------------------------
+    cdef bint _advance(self, int64_t max_passes) noexcept nogil:
+        cdef double tn, now, at, x
+        cdef int64_t w, budget = max_passes
+        cdef rid_t r
+        cdef size_t j
+        while budget > 0:
+            tn = self._next_arrival()
+            for w in range(self.n_workers):
+                if self.busy[w] and self.busy_until[w] < tn:
+                    tn = self.busy_until[w]
+            if tn == INFINITY or tn > self.max_sim:
+                return True
+            now = tn
+            self.now = now
+            # 1. pass completions (worker order)
+            for w in range(self.n_workers):
+                if self.busy[w] and self.busy_until[w] == now:
+                    self.busy[w] = 0
+                    for r in (<VllmRank>self.ranks[w]).out_completed:
+                        self._on_terminal(r, now)
+                    for r in (<VllmRank>self.ranks[w]).out_rejected:
+                        self._on_terminal(r, now)
+            # 2. admissions
+            while True:
+                r = self._pop_arrival(now)
+                if r < 0:
+                    break
+                # a session's later turn arrives at its scheduled time, not `now`
+                self._arrive(r, now)
+            # 3. idle workers with work start a pass
+            for w in range(self.n_workers):
+                if self.busy[w] or not (<VllmRank>self.ranks[w]).has_work():
+                    continue
+                (<VllmRank>self.ranks[w]).step(now)
+                self.passes += 1
+                budget -= 1
+                if not (<VllmRank>self.ranks[w]).out.effect and (<VllmRank>self.ranks[w]).out.end == now:
+                    self.stalled_inflight = self.arrived - self.terminal
+                    return True
+                self.committed_prefill += (<VllmRank>self.ranks[w]).out.committed_prefill
+                for x in (<VllmRank>self.ranks[w]).out_itl:
+                    welford_add(&self.itl, x)
+                    ddsketch_add(&self.itl_sk, x)
+                    if x > 0.0:
+                        welford_add(&self.tput, 1000.0 / x)
+                        ddsketch_add(&self.tput_sk, 1000.0 / x)
+                self.busy[w] = 1
+                self.busy_until[w] = (<VllmRank>self.ranks[w]).out.end
+        return False
+
+    def advance(self, int64_t max_passes=1 << 62):
+        """Run up to ``max_passes`` passes; returns True when the replay is finished."""
+        cdef bint fin
+        with nogil:
+            fin = self._advance(max_passes)
+        if fin:
+            self.done = True
+            if self.stalled_inflight > 0:
+                raise ReplayInvariantError(
+                    "replay invariant violated: offline replay detected an effect-free "
+                    f"zero-duration pass with {self.stalled_inflight} in-flight requests remaining")
+        return fin
+
+    def arrival_order(self):
+        return np.array(self.arrival_seq, dtype=np.int64)
+
+    @property
+    def now_ms(self):
+        return self.now
+
+    def itl_summary(self):
+        return _sketch_summary(&self.itl, &self.itl_sk)
+
+    def throughput_summary(self):
+        return _sketch_summary(&self.tput, &self.tput_sk)
+
+
+cdef dict _sketch_summary(Welford* wf, DDSketch* sk):
+    return {
+        "count": wf.n,
+        "mean": welford_mean(wf), "min": welford_min(wf), "max": welford_max(wf),
+        "std": welford_std(wf),
+        "median": ddsketch_percentile(sk, 50.0), "p75": ddsketch_percentile(sk, 75.0),
+        "p90": ddsketch_percentile(sk, 90.0), "p95": ddsketch_percentile(sk, 95.0),
+        "p99": ddsketch_percentile(sk, 99.0),
+    }

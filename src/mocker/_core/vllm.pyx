@@ -1,0 +1,344 @@
+# cython: language_level=3
+"""One rank of the vLLM-style continuous-batching scheduler (spec core-sim §3).
+
+``step(now)`` runs one forward pass: schedules running requests then admits waiting
+ones under the token budget, allocates blocks (preempting on failure), times the
+pass and emits one token per ready request, all stamped with the pass end.
+"""
+from libc.math cimport isnan
+from libcpp.vector cimport vector
+from mocker._core._types cimport int64_t, rid_t, slot_t, hash_t
+from mocker._core.timing cimport TimingModel, prefill_phase_ms, decode_phase_ms, TIMING_FIXED, TIMING_POLYNOMIAL
+from mocker._core.table cimport ReqTable, ST_WAITING, ST_RUNNING, ST_COMPLETED, ST_REJECTED
+from mocker._core.blocks cimport BlockPool
+
+cdef enum:
+    BLOCKED = -1
+    SELF_PREEMPTED = -2
+
+cdef int64_t UNLIMITED = 1 << 62
+
+
+cdef inline int64_t ceil_div(int64_t a, int64_t b) noexcept nogil:
+    return (a + b - 1) // b
+
+
+cdef class VllmRank:
+    def __cinit__(self, ReqTable table, dict engine, int64_t capacity_override=-1):
+        """``engine`` is the normalized ``engine`` section of the config."""
+        cdef dict tmodel = engine["timing_model"]
+        self.t = table
+        self.bs = engine["block_size"]
+        self.num_blocks = engine["num_gpu_blocks"]
+        self.max_num_seqs = engine["max_num_seqs"] or 0
+        self.max_batched = engine["max_num_batched_tokens"] or 0
+        self.max_model_len = engine["max_model_len"] or 0
+        self.chunked = engine["enable_chunked_prefill"]
+        self.fifo_preempt = engine["preemption_mode"] == "fifo"
+        self.trtllm = engine["backend"] == "trtllm"
+        self.pool = BlockPool(self.num_blocks, engine["enable_prefix_caching"],
+                              engine.get("emit_kv_events", False))
+        if tmodel["type"] == "fixed":
+            self.tm.kind = TIMING_FIXED
+            self.tm.fixed_prefill_ms = tmodel["prefill_ms"]
+            self.tm.fixed_decode_ms = tmodel["decode_ms"]
+        else:
+            self.tm.kind = TIMING_POLYNOMIAL
+        sr = engine["speedup_ratio"]
+        self.tm.prefill_ratio = sr
+        self.tm.decode_ratio = sr * engine["decode_speedup_ratio"]
+        self.tm.capacity_tokens = <double>(self.num_blocks * self.bs)
+        self.pass_id = 0
+        self.preemptions_total = 0
+
+    @property
+    def pool_view(self):
+        return self.pool
+
+    @property
+    def num_running(self):
+        return self.running.size()
+
+    @property
+    def num_waiting(self):
+        return self.waiting.size()
+
+    @property
+    def num_preemptions(self):
+        return self.preemptions_total
+
+    cdef void add_request(self, rid_t r) noexcept nogil:
+        cdef int64_t cap
+        if self.trtllm:
+            cap = self.num_blocks * self.bs - self.t.prompt_len[r]
+            if cap < 0:
+                cap = 0
+            if self.t.max_out[r] > cap:
+                self.t.max_out[r] = cap
+        self.t.status[r] = ST_WAITING
+        self.waiting.push_back(r)
+
+    # -- helpers ----------------------------------------------------------------
+    cdef int64_t _remaining(self, rid_t r) noexcept nogil:
+        cdef int64_t rem = self.t.max_out[r] - self.t.generated[r]
+        cdef int64_t lim
+        if self.max_model_len > 0:
+            lim = self.max_model_len - (self.t.prompt_len[r] + self.t.generated[r])
+            if lim < rem:
+                rem = lim
+        return rem if rem > 0 else 0
+
+    cdef void _unschedule(self, rid_t v) noexcept nogil:
+        if self.t.sched_pass[v] != self.pass_id:
+            return
+        self.budget += self.t.sched_used[v]
+        if self.t.sched_prompt[v] > 0:
+            self.b_n -= 1
+            self.b_isl -= self.t.sched_before[v] + self.t.sched_prompt[v]
+            self.b_pre -= self.t.sched_before[v]
+        self.t.sched_pass[v] = -1
+
+    cdef rid_t _preempt_one(self) noexcept nogil:
+        """Preempt the policy's victim; returns it, or -1 if nothing can be preempted."""
+        cdef rid_t v
+        cdef size_t i
+        if self.running.size() == 0 or self.trtllm:
+            return -1
+        if self.fifo_preempt:
+            v = self.running[0]
+            self.running.erase(self.running.begin())
+        else:
+            v = self.running.back()
+            self.running.pop_back()
+        self.preempted_any = True
+        self._unschedule(v)
+        self.pool.release(&self.t.blocks[v])
+        self.t.computed[v] = 0
+        self.t.allocated[v] = 0
+        self.t.status[v] = ST_WAITING
+        self.waiting.push_front(v)
+        self.preemptions_total += 1
+        self.out.preemptions += 1
+        return v
+
+    cdef int64_t _schedule(self, rid_t r, bint from_waiting, int64_t cached) noexcept nogil:
+        cdef int64_t bs = self.bs
+        cdef int64_t plen = self.t.prompt_len[r]
+        cdef int64_t seq_len = plen + self.t.generated[r]
+        cdef int64_t cached_prefix = cached if self.t.computed[r] == 0 else 0
+        cdef int64_t before = self.t.computed[r] + cached_prefix
+        cdef int64_t prompt_before = before if before < plen else plen
+        cdef int64_t remaining_known = seq_len - before
+        cdef int64_t prompt_remaining = plen - prompt_before
+        cdef int64_t desired, after, used, prompt_tokens, prev, n_hits, k
+        cdef rid_t v
+        cdef bint ok
+        if prompt_remaining > 0 and not self.chunked and prompt_remaining > self.budget:
+            return BLOCKED
+        desired = remaining_known if remaining_known < self.budget else self.budget
+        if desired == 0 and remaining_known > 0:
+            return BLOCKED
+        after = before + desired
+        while True:
+            if after > self.t.allocated[r]:
+                prev = <int64_t>self.t.blocks[r].size()
+                n_hits = cached_prefix // bs - prev
+                if n_hits < 0:
+                    n_hits = 0
+                ok = self.pool.allocate(&self.t.blocks[r], ceil_div(after, bs),
+                                        self.t.hashes[r].data() + prev, n_hits)
+                if ok:
+                    self.t.allocated[r] = after
+            else:
+                ok = True
+            if ok:
+                self.t.computed[r] = after
+                break
+            v = self._preempt_one()
+            if v < 0:
+                after = before
+                break
+            if v == r:
+                return SELF_PREEMPTED
+        used = after - before
+        if used == 0 and after < seq_len:
+            return BLOCKED
+        # blocks that just became full are published to the prefix cache now
+        for k in range(before // bs, after // bs):
+            self.pool.cache_block(self.t.blocks[r][k], self.t.block_hash(r, k))
+        prompt_tokens = (after if after < plen else plen) - prompt_before
+        self.t.sched_pass[r] = self.pass_id
+        self.t.sched_used[r] = used
+        self.t.sched_prompt[r] = prompt_tokens
+        self.t.sched_before[r] = prompt_before
+        self.sched.push_back(r)
+        if prompt_tokens > 0:
+            self.b_n += 1
+            self.b_isl += prompt_before + prompt_tokens
+            self.b_pre += prompt_before
+        if from_waiting:
+            self._remove_waiting(r)
+            self.running.push_back(r)
+            self.t.status[r] = ST_RUNNING
+            self.t.record_admission(r, self.out.start, cached_prefix)
+        self.budget -= used
+        return used
+
+    cdef void _remove_waiting(self, rid_t r) noexcept nogil:
+        cdef size_t i
+        for i in range(self.waiting.size()):
+            if self.waiting[i] == r:
+                self.waiting.erase(self.waiting.begin() + i)
+                return
+
+    cdef void _reject(self, rid_t r) noexcept nogil:
+        self.t.status[r] = ST_REJECTED
+        self.out_rejected.push_back(r)
+
+    cdef int64_t _trt_reserved(self) noexcept nogil:
+        cdef int64_t total = 0, need
+        cdef rid_t r
+        for r in self.running:
+            need = ceil_div(self.t.prompt_len[r] + self.t.max_out[r], self.bs) - <int64_t>self.t.blocks[r].size()
+            if need > 0:
+                total += need
+        return total
+
+    # -- one pass -----------------------------------------------------------------
+    cdef void step(self, double now) noexcept nogil:
+        cdef int64_t bs = self.bs
+        cdef size_t i
+        cdef rid_t r
+        cdef int64_t res, seq_len, overlap, active_overlap, cached, active_cached, needed, available, nfull
+        cdef double prefill_ms, decode_ms, end, active, itl
+        cdef int64_t n_decode, rem, committed
+        cdef bint effect = False
+
+        self.pass_id += 1
+        self.out.start = now
+        self.out.preemptions = 0
+        self.out_emitted.clear()
+        self.out_itl.clear()
+        self.out_completed.clear()
+        self.out_rejected.clear()
+        self.sched.clear()
+        self.budget = self.max_batched if self.max_batched > 0 else UNLIMITED
+        self.b_n = 0
+        self.b_isl = 0
+        self.b_pre = 0
+        self.preempted_any = False
+
+        # (A) running requests, in running order
+        i = 0
+        while i < self.running.size() and self.budget > 0:
+            r = self.running[i]
+            res = self._schedule(r, False, 0)
+            if res == BLOCKED:
+                break
+            if res == SELF_PREEMPTED:
+                continue
+            i += 1
+
+        # (B) waiting admission, strictly FIFO head-of-line
+        while (not self.preempted_any and self.waiting.size() > 0 and
+               (self.max_num_seqs <= 0 or <int64_t>self.running.size() < self.max_num_seqs)):
+            r = self.waiting.front()
+            seq_len = self.t.prompt_len[r] + self.t.generated[r]
+            if self.max_model_len > 0 and self.t.prompt_len[r] >= self.max_model_len:
+                self.waiting.pop_front()
+                self._reject(r)
+                continue
+            if self.t.admissions[r] == 0 and ceil_div(seq_len, bs) > self.num_blocks:
+                self.waiting.pop_front()
+                self._reject(r)
+                continue
+            nfull = seq_len // bs
+            if nfull > <int64_t>self.t.hashes[r].size():
+                nfull = <int64_t>self.t.hashes[r].size()
+            self.pool.lookup(self.t.hashes[r].data(), nfull, &overlap, &active_overlap)
+            cached = overlap * bs
+            if cached > seq_len:
+                cached = seq_len
+            active_cached = active_overlap * bs
+            if active_cached > seq_len:
+                active_cached = seq_len
+            if cached >= seq_len:
+                cached = ((seq_len - 1) // bs) * bs
+            if self.trtllm:
+                needed = ceil_div(self.t.prompt_len[r] + self.t.max_out[r], bs) - (active_cached if active_cached < cached else cached) // bs
+                available = self.num_blocks - self.pool.num_active() - self._trt_reserved()
+            else:
+                needed = ceil_div(seq_len, bs) - (active_cached if active_cached < cached else cached) // bs
+                available = self.num_blocks - self.pool.num_active()
+            if needed > available:
+                break
+            res = self._schedule(r, True, cached)
+            if res == BLOCKED or res == SELF_PREEMPTED:
+                break
+            if res == 0 and self.budget == 0:
+                break
+
+        # timing: prefill batch, then the decode set D
+        prefill_ms = prefill_phase_ms(&self.tm, self.b_n, self.b_isl, self.b_pre)
+        n_decode = 0
+        active = 0.0
+        for r in self.running:
+            seq_len = self.t.prompt_len[r] + self.t.generated[r]
+            if self.t.computed[r] != seq_len or self._remaining(r) == 0:
+                continue
+            if self.t.generated[r] == 0 and self.t.sched_pass[r] == self.pass_id and self.t.sched_prompt[r] > 0:
+                continue          # first token sampled from this pass's prefill
+            n_decode += 1
+            active += <double>seq_len
+        decode_ms = decode_phase_ms(&self.tm, n_decode, active)
+        end = (now + prefill_ms) + decode_ms
+
+        committed = 0
+        for r in self.sched:
+            if self.t.sched_pass[r] == self.pass_id and self.t.sched_prompt[r] > 0:
+                committed += self.t.sched_used[r]
+            if self.t.sched_pass[r] == self.pass_id and self.t.sched_used[r] > 0:
+                effect = True
+
+        # emission, completion
+        i = 0
+        cdef size_t keep = 0
+        for i in range(self.running.size()):
+            r = self.running[i]
+            seq_len = self.t.prompt_len[r] + self.t.generated[r]
+            if self.t.computed[r] < seq_len:
+                self.running[keep] = r
+                keep += 1
+                continue
+            rem = self._remaining(r)
+            if rem > 0:
+                self.t.generated[r] = self.t.generated[r] + 1
+                if self.t.out_tokens[r] == 0:
+                    self.t.first_token[r] = end
+                else:
+                    itl = end - self.t.last_token[r]
+                    self.out_itl.push_back(itl if itl > 0.0 else 0.0)
+                    if self.t.out_tokens[r] == 1:
+                        self.t.second_token[r] = end
+                self.t.out_tokens[r] = self.t.out_tokens[r] + 1
+                self.t.last_token[r] = end
+                self.out_emitted.push_back(r)
+                rem -= 1
+            if rem == 0:
+                self.pool.release(&self.t.blocks[r])
+                self.t.status[r] = ST_COMPLETED
+                self.t.terminal_time[r] = end
+                self.out_completed.push_back(r)
+            else:
+                self.running[keep] = r
+                keep += 1
+        self.running.resize(keep)
+        for r in self.out_rejected:
+            self.t.terminal_time[r] = end
+
+        self.out.end = end
+        self.out.prefill_n = self.b_n
+        self.out.decode_n = n_decode
+        self.out.committed_prefill = committed
+        self.out.effect = (effect or self.out_emitted.size() > 0 or self.out_completed.size() > 0
+                           or self.out_rejected.size() > 0 or self.out.preemptions > 0)

@@ -1,0 +1,326 @@
+"""Engine configuration: canonical ``{"engine": {...}, "dp_size": ...}`` and flat JSON forms.
+
+``normalize_config`` returns the canonical dict with every default filled in, exactly
+as the reference's ``_normalize_mocker_config`` does, and raises ``ConfigError`` (a
+``ValueError``) with the reference's wording on invalid input.  Unlike the reference,
+the flat form (engine fields at the top level, e.g. ``{"block_size": 64}``) is accepted.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+from typing import Any
+
+__all__ = ["ConfigError", "normalize_config", "load_config", "DEFAULT_BLOCK_SIZE"]
+
+PREFIX = "invalid engine launch config: "
+
+
+class ConfigError(ValueError):
+    """An engine configuration that the simulator cannot run."""
+
+
+DEFAULT_BLOCK_SIZE = {"vllm": 64, "sglang": 1, "trtllm": 32}
+
+# field -> default (block_size resolved per backend)
+ENGINE_DEFAULTS: dict[str, Any] = {
+    "backend": "vllm",
+    "num_gpu_blocks": 16384,
+    "block_size": None,
+    "max_model_len": None,
+    "max_num_seqs": 256,
+    "max_num_batched_tokens": 8192,
+    "prefill_schedule_interval": 1,
+    "prefill_decode_interval": 0,
+    "enable_prefix_caching": True,
+    "enable_chunked_prefill": True,
+    "speedup_ratio": 1.0,
+    "decode_speedup_ratio": 1.0,
+    "aic_nextn": None,
+    "aic_nextn_accept_rates": None,
+    "aic_mtp_seed": 42,
+    "worker_type": "aggregated",
+    "preemption_mode": "lifo",
+    "emit_kv_events": False,
+    "emit_kv_token_ids": False,
+    "kv_transfer_bytes_per_token": None,
+    "kv_transfer_bandwidth": None,
+    "kv_transfer_timing_mode": "full_prompt",
+    "timing_model": {"type": "polynomial"},
+    "sglang": None,
+    "trtllm": None,
+}
+# accepted by the reference's schema but modelling features this package does not have
+ENGINE_UNSUPPORTED = ("kv_bytes_per_token", "kv_cache_bytes_per_token", "kv_cache_groups",
+                      "kv_cache_capacity_bytes", "native_host_offload", "state_cache",
+                      "prefix_match_unit", "g3_offload")
+ENGINE_FIELD_ORDER = ("backend", "num_gpu_blocks", "block_size", "max_model_len", "max_num_seqs",
+                      "max_num_batched_tokens", "prefill_schedule_interval",
+                      "prefill_decode_interval", "enable_prefix_caching", "enable_chunked_prefill",
+                      "speedup_ratio", "decode_speedup_ratio", "aic_nextn",
+                      "aic_nextn_accept_rates", "aic_mtp_seed", "worker_type", "preemption_mode",
+                      "emit_kv_events", "emit_kv_token_ids", "kv_bytes_per_token",
+                      "kv_transfer_bytes_per_token", "kv_cache_bytes_per_token", "kv_cache_groups",
+                      "kv_cache_capacity_bytes", "native_host_offload", "state_cache",
+                      "prefix_match_unit", "g3_offload", "kv_transfer_bandwidth",
+                      "kv_transfer_timing_mode", "timing_model", "sglang", "trtllm")
+SGLANG_DEFAULTS = {"schedule_policy": "fifo", "max_prefill_tokens": 16384,
+                   "chunked_prefill_size": 8192, "clip_max_new_tokens": 4096,
+                   "schedule_conservativeness": 1.0}
+TRTLLM_DEFAULTS = {"capacity_scheduler_policy": "guaranteed_no_evict"}
+DYNAMO_DEFAULTS = {"enable_local_indexer": False, "bootstrap_port": None,
+                   "handoff_session_timeout_ms": 300000, "reasoning": None,
+                   "response_replay_trace_path": None, "zmq_kv_events_port": None,
+                   "zmq_replay_port": None, "router_queue_policy": None}
+TOP_DEFAULTS: dict[str, Any] = {
+    "engine": None,
+    "dp_size": 1,
+    "tensor_parallel_size": 1,
+    "startup_time": None,
+    "num_gpu_blocks_is_explicit": False,
+    "gpu_memory_utilization": None,
+    "mem_fraction_static": None,
+    "free_gpu_memory_fraction": None,
+    "cuda_graph_reserved_bytes": None,
+}
+TOP_FIELD_ORDER = tuple(TOP_DEFAULTS)
+
+
+def _expected(names) -> str:
+    names = list(names)
+    if len(names) == 2:
+        return f"expected `{names[0]}` or `{names[1]}`"
+    return "expected one of " + ", ".join(f"`{n}`" for n in names)
+
+
+def _type_name(v: Any) -> str:
+    if isinstance(v, bool):
+        return f"boolean `{str(v).lower()}`"
+    if isinstance(v, str):
+        return f'string "{v}"'
+    if isinstance(v, int):
+        return f"integer `{v}`"
+    if isinstance(v, float):
+        return f"floating point `{v}`"
+    if v is None:
+        return "null"
+    if isinstance(v, list):
+        return "sequence"
+    return "map"
+
+
+def _bad_type(path: str, v: Any, expected: str) -> ConfigError:
+    return ConfigError(f"{PREFIX}{path}: invalid type: {_type_name(v)}, expected {expected}")
+
+
+def _uint(path: str, v: Any, optional: bool = False) -> int | None:
+    if v is None and optional:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        if isinstance(v, float) and v.is_integer() and v >= 0:
+            return int(v)
+        raise _bad_type(path, v, "usize" if not optional else "usize or null")
+    if v < 0:
+        raise ConfigError(f"{PREFIX}{path}: invalid value: integer `{v}`, expected usize")
+    return v
+
+
+def _float(path: str, v: Any, optional: bool = False) -> float | None:
+    if v is None and optional:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise _bad_type(path, v, "f64")
+    return float(v)
+
+
+def _bool(path: str, v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise _bad_type(path, v, "a boolean")
+    return v
+
+
+def _enum(path: str, v: Any, variants: tuple[str, ...]) -> str:
+    if not isinstance(v, str):
+        raise _bad_type(path, v, "string")
+    if v not in variants:
+        raise ConfigError(f"{PREFIX}{path}: unknown variant `{v}`, {_expected(variants)}")
+    return v
+
+
+def _check_known(path_prefix: str, d: dict, known) -> None:
+    for k in d:
+        if k not in known:
+            raise ConfigError(f"{PREFIX}{path_prefix}{k}: unknown field `{k}`, {_expected(known)}")
+
+
+def _timing_model(v: Any) -> dict:
+    path = "engine.timing_model"
+    if not isinstance(v, dict):
+        raise _bad_type(path, v, "internally tagged enum TimingModelConfig")
+    kind = v.get("type")
+    if kind is None:
+        raise ConfigError(f"{PREFIX}{path}: missing field `type`")
+    if kind == "polynomial":
+        _check_known(path + ".", v, ("type",))
+        return {"type": "polynomial"}
+    if kind == "fixed":
+        _check_known(path + ".", v, ("type", "prefill_ms", "decode_ms"))
+        for f in ("prefill_ms", "decode_ms"):
+            if f not in v:
+                raise ConfigError(f"{PREFIX}{path}: missing field `{f}`")
+        out = {"type": "fixed", "prefill_ms": _float(path + ".prefill_ms", v["prefill_ms"]),
+               "decode_ms": _float(path + ".decode_ms", v["decode_ms"])}
+        for f in ("prefill_ms", "decode_ms"):
+            if not math.isfinite(out[f]) or out[f] < 0:
+                raise ConfigError(f"timing_model.{f} must be finite and non-negative")
+        return out
+    if kind == "external":
+        raise ConfigError(f"{PREFIX}{path}: external timing models are not supported by mocker")
+    raise ConfigError(f"{PREFIX}{path}: unknown variant `{kind}`, {_expected(('polynomial', 'fixed', 'external'))}")
+
+
+def _normalize_engine(e: dict) -> dict:
+    _check_known("engine.", e, ENGINE_FIELD_ORDER)
+    for f in ENGINE_UNSUPPORTED:
+        if e.get(f) is not None:
+            raise ConfigError(f"{PREFIX}engine.{f}: not supported by mocker")
+    out: dict[str, Any] = {}
+    out["backend"] = _enum("engine.backend", e.get("backend", "vllm"), ("vllm", "sglang", "trtllm"))
+    for f in ("num_gpu_blocks", "block_size", "max_num_seqs", "max_num_batched_tokens",
+              "prefill_schedule_interval", "prefill_decode_interval"):
+        if f in e:
+            out[f] = _uint(f"engine.{f}", e[f], optional=f in ("block_size", "max_num_seqs", "max_num_batched_tokens"))
+        else:
+            out[f] = ENGINE_DEFAULTS[f]
+    out["max_model_len"] = _uint("engine.max_model_len", e.get("max_model_len"), optional=True)
+    if out["block_size"] is None:
+        out["block_size"] = DEFAULT_BLOCK_SIZE[out["backend"]]
+    for f in ("enable_prefix_caching", "enable_chunked_prefill", "emit_kv_events", "emit_kv_token_ids"):
+        out[f] = _bool(f"engine.{f}", e.get(f, ENGINE_DEFAULTS[f]))
+    for f in ("speedup_ratio", "decode_speedup_ratio"):
+        out[f] = _float(f"engine.{f}", e.get(f, 1.0))
+    out["aic_nextn"] = _uint("engine.aic_nextn", e.get("aic_nextn"), optional=True)
+    rates = e.get("aic_nextn_accept_rates")
+    if rates is not None and (not isinstance(rates, list)
+                              or any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in rates)):
+        raise _bad_type("engine.aic_nextn_accept_rates", rates, "a sequence of f64")
+    out["aic_nextn_accept_rates"] = None if rates is None else [float(x) for x in rates]
+    out["aic_mtp_seed"] = _uint("engine.aic_mtp_seed", e.get("aic_mtp_seed", 42))
+    out["worker_type"] = _enum("engine.worker_type", e.get("worker_type", "aggregated"),
+                               ("aggregated", "prefill", "decode"))
+    out["preemption_mode"] = _enum("engine.preemption_mode", e.get("preemption_mode", "lifo"), ("lifo", "fifo"))
+    out["kv_transfer_bytes_per_token"] = _uint("engine.kv_transfer_bytes_per_token",
+                                               e.get("kv_transfer_bytes_per_token"), optional=True)
+    out["kv_transfer_bandwidth"] = _float("engine.kv_transfer_bandwidth", e.get("kv_transfer_bandwidth"), optional=True)
+    out["kv_transfer_timing_mode"] = _enum("engine.kv_transfer_timing_mode",
+                                           e.get("kv_transfer_timing_mode", "full_prompt"),
+                                           ("full_prompt", "destination_missing"))
+    out["timing_model"] = _timing_model(e.get("timing_model", {"type": "polynomial"}))
+    sg = e.get("sglang") or {}
+    if not isinstance(sg, dict):
+        raise _bad_type("engine.sglang", sg, "struct SglangArgs")
+    _check_known("engine.sglang.", sg, tuple(SGLANG_DEFAULTS))
+    sgo = dict(SGLANG_DEFAULTS)
+    if "schedule_policy" in sg:
+        if not isinstance(sg["schedule_policy"], str):
+            raise _bad_type("engine.sglang.schedule_policy", sg["schedule_policy"], "string")
+        sgo["schedule_policy"] = sg["schedule_policy"]
+    for f in ("max_prefill_tokens", "chunked_prefill_size", "clip_max_new_tokens"):
+        if f in sg:
+            sgo[f] = _uint(f"engine.sglang.{f}", sg[f])
+    if "schedule_conservativeness" in sg:
+        sgo["schedule_conservativeness"] = _float("engine.sglang.schedule_conservativeness",
+                                                  sg["schedule_conservativeness"])
+    out["sglang"] = sgo
+    tr = e.get("trtllm") or {}
+    if not isinstance(tr, dict):
+        raise _bad_type("engine.trtllm", tr, "struct TrtllmArgs")
+    _check_known("engine.trtllm.", tr, tuple(TRTLLM_DEFAULTS))
+    out["trtllm"] = {"capacity_scheduler_policy": _enum(
+        "engine.trtllm.capacity_scheduler_policy",
+        tr.get("capacity_scheduler_policy", "guaranteed_no_evict"), ("guaranteed_no_evict",))}
+    # semantic validation (reference wording, reference order)
+    if out["block_size"] == 0:
+        raise ConfigError("block_size must be positive")
+    if out["num_gpu_blocks"] == 0:
+        raise ConfigError("num_gpu_blocks must be positive")
+    if out["max_num_seqs"] == 0:
+        raise ConfigError("max_num_seqs must be positive")
+    if out["max_num_batched_tokens"] == 0:
+        raise ConfigError("max_num_batched_tokens must be positive")
+    if out["prefill_schedule_interval"] == 0:
+        raise ConfigError("prefill_schedule_interval must be positive")
+    for f in ("speedup_ratio", "decode_speedup_ratio"):
+        if not math.isfinite(out[f]) or out[f] < 0:
+            raise ConfigError(f"{f} must be finite and non-negative")
+    if out["prefill_decode_interval"] and out["backend"] != "sglang":
+        raise ConfigError("prefill_decode_interval is supported only for backend=sglang")
+    return {k: out[k] for k in ENGINE_DEFAULTS}
+
+
+def normalize_config(config: Any = None) -> dict:
+    """Canonical engine config with all defaults.  Accepts a dict, a JSON string or None."""
+    if config is None:
+        config = {}
+    if isinstance(config, (str, bytes)):
+        try:
+            config = json.loads(config)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{PREFIX}not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"{PREFIX}invalid type: {_type_name(config)}, expected struct MockEngineArgs")
+    config = copy.deepcopy(config)
+    engine = config.pop("engine", None)
+    flat = {k: config.pop(k) for k in list(config) if k in ENGINE_FIELD_ORDER and k not in TOP_DEFAULTS}
+    if engine is None:
+        engine = {}
+    elif not isinstance(engine, dict):
+        raise _bad_type("engine", engine, "struct EngineArgs")
+    elif flat:
+        dup = next((k for k in flat if k in engine), None)
+        if dup:
+            raise ConfigError(f"{PREFIX}{dup}: given both at the top level and under `engine`")
+    engine = {**engine, **flat}
+    known_top = TOP_FIELD_ORDER + ("dynamo",)
+    for k in config:
+        if k not in known_top:
+            raise ConfigError(f"{PREFIX}{k}: unknown field `{k}`, {_expected(TOP_FIELD_ORDER)}")
+    out: dict[str, Any] = {"engine": _normalize_engine(engine)}
+    out["dp_size"] = _uint("dp_size", config.get("dp_size", 1))
+    if out["dp_size"] == 0:
+        raise ConfigError("dp_size must be positive")
+    out["tensor_parallel_size"] = _uint("tensor_parallel_size", config.get("tensor_parallel_size", 1))
+    if out["tensor_parallel_size"] == 0:
+        raise ConfigError("tensor_parallel_size must be positive")
+    out["startup_time"] = _float("startup_time", config.get("startup_time"), optional=True)
+    out["num_gpu_blocks_is_explicit"] = (_bool("num_gpu_blocks_is_explicit",
+                                               config.get("num_gpu_blocks_is_explicit", False))
+                                         or "num_gpu_blocks" in engine)
+    for f in ("gpu_memory_utilization", "mem_fraction_static", "free_gpu_memory_fraction"):
+        out[f] = _float(f, config.get(f), optional=True)
+    out["cuda_graph_reserved_bytes"] = _uint("cuda_graph_reserved_bytes",
+                                             config.get("cuda_graph_reserved_bytes"), optional=True)
+    dyn = config.get("dynamo") or {}
+    if not isinstance(dyn, dict):
+        raise _bad_type("dynamo", dyn, "struct DynamoArgs")
+    _check_known("dynamo.", dyn, tuple(DYNAMO_DEFAULTS))
+    out["dynamo"] = {**DYNAMO_DEFAULTS, **dyn}
+    return out
+
+
+def load_config(value: Any) -> dict:
+    """``value`` may be a dict, a JSON string, or a path to a JSON file (CLI convenience)."""
+    if isinstance(value, (str, os.PathLike)) and not str(value).lstrip().startswith("{"):
+        path = os.fspath(value)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read()
+        except OSError as exc:
+            raise ConfigError(f"cannot read engine args file {path}: {exc.strerror}") from None
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    return normalize_config(value)

@@ -1,0 +1,225 @@
+"""Replay entry points mirroring the reference's ``run_mocker_trace_replay`` /
+``run_mocker_synthetic_trace_replay`` (same keyword names, same report)."""
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from mocker._core.replay import ReplayCore, ReplayInvariantError
+from mocker._core.table import ReqTable
+from mocker._core.vllm import VllmRank
+from mocker.config import ConfigError, load_config
+from mocker.replay.report import ReplayResult, build_records, build_summary
+from mocker.replay.synthetic import build_synthetic_workload
+from mocker.replay.traces import TraceError, Workload, load_mooncake
+
+__all__ = ["run_trace_replay", "run_synthetic_trace_replay", "ReplayError"]
+
+
+class ReplayError(ValueError):
+    """Invalid replay arguments (the message names the argument)."""
+
+
+ProgressFn = Callable[[float, int, int, bool], None]   # (sim_time_ms, done, total, finished)
+
+
+def _finite_positive(name: str, v: Any) -> float:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        raise ReplayError(f"{name} must be a number, got {v!r}") from None
+    if not math.isfinite(f) or f <= 0:
+        raise ReplayError(f"{name} must be finite and positive, got {v!r}")
+    return f
+
+
+def _check_common(num_workers, replay_concurrency, router_mode, arrival_speedup_ratio,
+                  max_sim_time_ms, sla_ttft_ms, sla_itl_ms, sla_e2e_ms, prefill_engine_args,
+                  decode_engine_args):
+    if router_mode not in ("round_robin", "kv_router"):
+        raise ReplayError(f"router_mode must be either 'round_robin' or 'kv_router', got {router_mode!r}")
+    if router_mode == "kv_router":
+        raise ReplayError("router_mode 'kv_router' is not supported by mocker yet (use 'round_robin')")
+    if prefill_engine_args is not None or decode_engine_args is not None:
+        raise ReplayError("disaggregated replay (prefill_engine_args/decode_engine_args) "
+                          "is not supported by mocker yet")
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
+        raise ReplayError("invalid replay spec: aggregated pool must start with at least one worker")
+    if replay_concurrency is not None and (isinstance(replay_concurrency, bool)
+                                           or not isinstance(replay_concurrency, int)
+                                           or replay_concurrency < 1):
+        raise ReplayError("replay_concurrency must be at least 1")
+    try:
+        r = float(arrival_speedup_ratio)
+    except (TypeError, ValueError):
+        r = float("nan")
+    if not math.isfinite(r) or r <= 0:
+        raise ReplayError(f"arrival_speedup_ratio must be a finite positive number, got {arrival_speedup_ratio!r}")
+    if max_sim_time_ms is not None:
+        m = float(max_sim_time_ms)
+        if not math.isfinite(m) or m < 0:
+            raise ReplayError("max_sim_time_ms must be a finite, non-negative value")
+    sla = {}
+    for name, v in (("ttft_ms", sla_ttft_ms), ("itl_ms", sla_itl_ms), ("e2e_ms", sla_e2e_ms)):
+        if v is not None:
+            f = float(v)
+            if not math.isfinite(f) or f <= 0:
+                raise ReplayError(f"invalid replay spec: sla.{name} must be finite and positive, got {v!r}")
+            sla[name] = f
+    if "e2e_ms" in sla and ("ttft_ms" in sla or "itl_ms" in sla):
+        raise ReplayError("invalid replay spec: sla.e2e_ms is mutually exclusive with sla.ttft_ms/itl_ms")
+    return r, sla
+
+
+def _build_ranks(config: dict, table: ReqTable, num_workers: int) -> list:
+    engine = config["engine"]
+    if engine["backend"] == "sglang":
+        raise ConfigError("backend 'sglang' is not supported by mocker's replay yet")
+    if config["dp_size"] != 1:
+        raise ConfigError("dp_size > 1 is not supported by mocker's replay yet")
+    if engine["worker_type"] != "aggregated":
+        raise ConfigError("aggregated replay requires engine.worker_type='aggregated'")
+    if engine["aic_nextn"] is not None:
+        raise ConfigError("engine.aic_nextn (speculative decoding) is not supported by mocker yet")
+    return [VllmRank(table, engine) for _ in range(num_workers)]
+
+
+def _execute(workload: Workload, config: dict, *, num_workers: int, concurrency: int | None,
+             max_sim_time_ms: float | None, sla: dict, capture_per_request: bool,
+             report_jsonl_path, progress: ProgressFn | None, t0: float) -> ReplayResult:
+    engine = config["engine"]
+    table = ReqTable(workload.n, engine["block_size"])
+    ranks = _build_ranks(config, table, num_workers)
+    cap = math.inf if max_sim_time_ms is None else float(max_sim_time_ms)
+    core = ReplayCore(table, ranks, workload.columns(), concurrency or 0, cap, workload.delta)
+    slice_passes = 20000
+    last_report = time.perf_counter()
+    while True:
+        fin = core.advance(slice_passes)
+        if progress is not None:
+            now = time.perf_counter()
+            if fin or now - last_report > 0.1:
+                progress(core.now_ms, core.terminal, workload.n, fin)
+                last_report = now
+        if fin:
+            break
+    cols = table.columns()
+    order = np.asarray(core.arrival_order(), dtype=np.int64)
+    ordered = {k: (v[order] if k in _PER_REQ and v.shape[0] == workload.n else v) for k, v in cols.items()}
+    ordered["adm_rid"] = cols["adm_rid"]
+    wall_ms = (time.perf_counter() - t0) * 1000.0
+    tp = config["tensor_parallel_size"] * config["dp_size"]
+    summary = build_summary(ordered, num_requests=core.arrived, committed_prefill=core.committed_prefill,
+                            wall_time_ms=wall_ms, itl=core.itl_summary(), tput=core.throughput_summary(),
+                            num_workers=num_workers, gpus_per_worker=tp, max_sim_time_ms=cap, sla=sla)
+    records = None
+    if capture_per_request or report_jsonl_path is not None:
+        records = build_records(cols, order, workload.session_id, workload.turn_index, cap)
+        if report_jsonl_path is not None:
+            import json
+            with open(report_jsonl_path, "w", encoding="utf-8") as fh:
+                for rec in records:
+                    fh.write(json.dumps(rec, separators=(",", ":")) + "\n")
+    summary["wall_time_ms"] = (time.perf_counter() - t0) * 1000.0 if False else wall_ms
+    return ReplayResult(summary, records if capture_per_request else None)
+
+
+_PER_REQ = {"arrival_time_ms", "input_length", "requested_output_length", "status", "worker",
+            "first_admit_ms", "first_token_ms", "second_token_ms", "last_token_ms",
+            "terminal_time_ms", "output_length", "reused_first", "reused_max", "admissions"}
+
+
+def run_trace_replay(trace_files: str | os.PathLike | Iterable, extra_engine_args: Any = None, *,
+                     num_workers: int = 1, replay_concurrency: int | None = None,
+                     router_mode: str = "round_robin", arrival_speedup_ratio: float = 1.0,
+                     trace_block_size: int | None = None, trace_format: str = "mooncake",
+                     max_sim_time_ms: float | None = None, sla_ttft_ms: float | None = None,
+                     sla_itl_ms: float | None = None, sla_e2e_ms: float | None = None,
+                     capture_per_request: bool = False, report_jsonl_path=None,
+                     prefill_engine_args: Any = None, decode_engine_args: Any = None,
+                     progress: ProgressFn | None = None) -> ReplayResult:
+    """Replay mooncake JSONL trace(s) on a virtual clock and report like the reference."""
+    t0 = time.perf_counter()
+    ratio, sla = _check_common(num_workers, replay_concurrency, router_mode, arrival_speedup_ratio,
+                               max_sim_time_ms, sla_ttft_ms, sla_itl_ms, sla_e2e_ms,
+                               prefill_engine_args, decode_engine_args)
+    config = load_config(extra_engine_args) if not isinstance(extra_engine_args, dict) else load_config(extra_engine_args)
+    if isinstance(trace_files, (str, os.PathLike)):
+        trace_files = [trace_files]
+    trace_files = list(trace_files)
+    if not trace_files:
+        raise ReplayError("at least one trace file is required")
+    workload = load_mooncake(trace_files, 512 if trace_block_size is None else trace_block_size,
+                             trace_format, ratio, timestamps_required=replay_concurrency is None)
+    return _execute(workload, config, num_workers=num_workers, concurrency=replay_concurrency,
+                    max_sim_time_ms=max_sim_time_ms, sla=sla, capture_per_request=capture_per_request,
+                    report_jsonl_path=report_jsonl_path, progress=progress, t0=t0)
+
+
+def run_synthetic_trace_replay(input_tokens: int, output_tokens: int, request_count: int,
+                               extra_engine_args: Any = None, *, num_workers: int = 1,
+                               replay_concurrency: int | None = None, router_mode: str = "round_robin",
+                               arrival_speedup_ratio: float = 1.0, request_rate: float | None = None,
+                               arrival_interval_ms: float | None = None, arrival_seed: int = 42,
+                               turns_per_session: int = 1, shared_prefix_ratio: float = 0.0,
+                               num_prefix_groups: int = 0, inter_turn_delay_ms: float = 0.0,
+                               max_sim_time_ms: float | None = None, sla_ttft_ms: float | None = None,
+                               sla_itl_ms: float | None = None, sla_e2e_ms: float | None = None,
+                               capture_per_request: bool = False, report_jsonl_path=None,
+                               prefill_engine_args: Any = None, decode_engine_args: Any = None,
+                               progress: ProgressFn | None = None) -> ReplayResult:
+    """Replay a synthetic workload (fixed ISL/OSL, Poisson or constant arrivals, sessions)."""
+    t0 = time.perf_counter()
+    ratio, sla = _check_common(num_workers, replay_concurrency, router_mode, arrival_speedup_ratio,
+                               max_sim_time_ms, sla_ttft_ms, sla_itl_ms, sla_e2e_ms,
+                               prefill_engine_args, decode_engine_args)
+    config = load_config(extra_engine_args)
+    bs = config["engine"]["block_size"]
+    syn = build_synthetic_workload(input_tokens, output_tokens, request_count, bs,
+                                   replay_concurrency=replay_concurrency, request_rate=request_rate,
+                                   arrival_interval_ms=arrival_interval_ms, arrival_seed=arrival_seed,
+                                   turns_per_session=turns_per_session,
+                                   shared_prefix_ratio=shared_prefix_ratio,
+                                   num_prefix_groups=num_prefix_groups,
+                                   inter_turn_delay_ms=inter_turn_delay_ms,
+                                   arrival_speedup_ratio=ratio)
+    workload = _synthetic_to_workload(syn, bs, ratio)
+    return _execute(workload, config, num_workers=num_workers, concurrency=replay_concurrency,
+                    max_sim_time_ms=max_sim_time_ms, sla=sla, capture_per_request=capture_per_request,
+                    report_jsonl_path=report_jsonl_path, progress=progress, t0=t0)
+
+
+def _synthetic_to_workload(syn, bs: int, ratio: float) -> Workload:
+    n = syn.num_requests
+    offs = np.asarray(syn.hash_offsets, dtype=np.int64)
+    ids = np.asarray(syn.hash_ids, dtype=np.uint64)
+    # dense token values for the hash ids (keeps them clear of generated-token values)
+    _, dense = np.unique(ids, return_inverse=True)
+    counts = np.diff(offs)
+    run_n = np.full(ids.shape[0], bs, dtype=np.int64)
+    in_len = np.asarray(syn.input_len, dtype=np.int64)
+    last = offs[1:] - 1
+    nonempty = counts > 0
+    run_n[last[nonempty]] = in_len[nonempty] - (counts[nonempty] - 1) * bs
+    sess = np.asarray(syn.session_id, dtype=np.int64)
+    turn = np.asarray(syn.turn_index, dtype=np.int64)
+    next_turn = np.full(n, -1, dtype=np.int32)
+    same = (sess[1:] == sess[:-1]) & (turn[1:] == turn[:-1] + 1)
+    next_turn[:-1][same] = np.arange(1, n, dtype=np.int32)[same]
+    delay = np.where(turn > 0, syn.inter_turn_delay_ms / ratio, 0.0).astype(np.float64)
+    heads = np.nonzero(turn == 0)[0].astype(np.int32)
+    head_arr = np.asarray(syn.arrival_ms, dtype=np.float64)[heads]
+    head_arr = np.where(np.isnan(head_arr), 0.0, head_arr)
+    multi = syn.turns_per_session > 1
+    return Workload(
+        n=n, input_length=in_len, output_length=np.asarray(syn.output_len, dtype=np.int64),
+        run_off=offs, run_kind=np.zeros(ids.shape[0], dtype=np.int8),
+        run_v=dense.astype(np.uint64).reshape(-1), run_start=np.zeros(ids.shape[0], dtype=np.int64),
+        run_n=run_n, next_turn=next_turn, delay_ms=delay, session_heads=heads,
+        head_arrival_ms=head_arr,
+        session_id=[None] * n, turn_index=[None] * n, delta=False)

@@ -1,0 +1,642 @@
+#!/usr/bin/env python
+"""Generate golden parity files from the reference simulator.
+
+Run with the *reference* virtual environment's interpreter (it needs
+``ai-dynamo-runtime==1.6.1`` importable as ``dynamo._core``)::
+
+    /work/refvenv/bin/python tools/make_goldens.py            # all scenarios
+    /work/refvenv/bin/python tools/make_goldens.py --only r1_single r9_tiny
+    /work/refvenv/bin/python tools/make_goldens.py --list
+
+For every scenario it writes ``tests/golden/<name>.json``::
+
+    {"name", "kind": "trace"|"synthetic", "description",
+     "trace_lines": [str, ...]            # trace kind only: exact JSONL lines
+     "args": [input_tokens, output_tokens, request_count]   # synthetic only
+     "kwargs": {...},                     # every other call kwarg (JSON-able);
+                                          # extra_engine_args is a JSON *string*
+     "summary": {...},                    # the reference summary dict, verbatim
+     "per_request": [...] | null}         # per-request records minus `uuid`,
+                                          # in canonical order (see canonical_key)
+
+It also writes ``tests/golden/config_normalize.json`` (``_normalize_mocker_config``
+outputs) and ``tests/golden/errors.json`` (exact error strings).
+
+Every scenario is run twice and the two results are compared (minus wall-clock
+fields) so only deterministic scenarios become goldens.
+
+Per-request order: the reference orders ``per_request`` by arrival time but
+breaks ties between requests arriving at the same instant non-deterministically
+(run-to-run), so goldens are stored sorted by ``canonical_key`` and the parity
+test sorts our records with the same key.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+GOLDEN_DIR = REPO / "tests" / "golden"
+
+# Summary fields that depend on the wall clock of the machine running the replay.
+WALL_CLOCK_KEYS = ("wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s")
+# Per-request fields that are random per run.
+NONDETERMINISTIC_RECORD_KEYS = ("uuid",)
+# Keep per-request records only if the golden stays below this size (bytes).
+MAX_PER_REQUEST_BYTES = 350_000
+
+
+# --------------------------------------------------------------------------------------------
+# canonical ordering (shared verbatim with tests/test_parity.py and tools/diff_fuzz.py)
+# --------------------------------------------------------------------------------------------
+def _f(x):
+    return math.inf if x is None else float(x)
+
+
+def canonical_key(rec):
+    """Sort key for per-request records that does not depend on tie order."""
+    sid = rec.get("session_id")
+    sid_key = ("",) if sid is None else _natural(str(sid))
+    ti = rec.get("turn_index")
+    return (
+        _f(rec.get("arrival_time_ms")),
+        sid_key,
+        -1 if ti is None else ti,
+        _f(rec.get("first_admit_ms")),
+        _f(rec.get("first_token_ms")),
+        _f(rec.get("terminal_time_ms")),
+        rec.get("input_length") or 0,
+        rec.get("output_length") or 0,
+        -1 if rec.get("decode_worker_idx") is None else rec["decode_worker_idx"],
+    )
+
+
+def _natural(s):
+    out, num = [], ""
+    for ch in s:
+        if ch.isdigit():
+            num += ch
+        else:
+            if num:
+                out.append((1, int(num), ""))
+                num = ""
+            out.append((2, 0, ch))
+    if num:
+        out.append((1, int(num), ""))
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------------------------
+# trace builders (all deterministic)
+# --------------------------------------------------------------------------------------------
+def line(ts, isl, osl, hash_ids, **extra):
+    d = {"timestamp": ts, "input_length": isl, "output_length": osl, "hash_ids": list(hash_ids)}
+    d.update(extra)
+    return json.dumps(d)
+
+
+def tiny_trace():
+    """mooncake_tiny-like: 16 lines, ISL 3000-8000, OSL 100-600, ts over ~5 s, shared prefixes."""
+    rng = random.Random(1234)
+    prefixes = [[1000 * g + j for j in range(rng.randint(4, 9))] for g in range(4)]
+    lines, ts, uniq = [], 0, 50_000
+    for i in range(16):
+        isl = rng.randint(3000, 8000)
+        osl = rng.randint(100, 600)
+        nb = -(-isl // 512)
+        g = rng.randrange(len(prefixes))
+        pre = prefixes[g][: min(nb, len(prefixes[g]))]
+        ids = list(pre)
+        while len(ids) < nb:
+            ids.append(uniq)
+            uniq += 1
+        lines.append(line(ts, isl, osl, ids))
+        ts += rng.choice([0, 0, 120, 250, 333, 400, 500, 610])
+    return lines
+
+
+def r1():
+    return [line(0, 1000, 100, [1, 2])]
+
+
+def r2():
+    return [line(0, 1000, 50, [10 * i + 1, 10 * i + 2]) for i in range(20)]
+
+
+def r3():
+    return [line(200 * i, 2048, 20, [7, 8, 9, 100 + i]) for i in range(8)]
+
+
+def r4():
+    return [line(0, 2000, 600, [10 * i + j for j in range(4)]) for i in range(12)]
+
+
+def r5():
+    return [line(0, 20000, 20, list(range(100, 140))), line(5, 3000, 30, list(range(200, 206)))]
+
+
+def mixed_trace(seed, n=24, span_ms=3000, isl=(50, 4000), osl=(1, 300), tbs=512, groups=3):
+    """Random-but-deterministic trace with shared prefixes and bursts."""
+    rng = random.Random(seed)
+    prefixes = [[10_000 * (g + 1) + j for j in range(rng.randint(2, 6))] for g in range(groups)]
+    uniq = 900_000
+    lines = []
+    ts = 0
+    for _ in range(n):
+        L = rng.randint(*isl)
+        O = rng.randint(*osl)
+        nb = -(-L // tbs)
+        ids = []
+        if rng.random() < 0.7:
+            ids = prefixes[rng.randrange(groups)][:nb]
+        while len(ids) < nb:
+            ids.append(uniq)
+            uniq += 1
+        lines.append(line(ts, L, O, ids))
+        if rng.random() < 0.4:
+            ts += 0  # burst
+        else:
+            ts += rng.randint(1, max(1, 2 * span_ms // n))
+    return lines
+
+
+def pressure_trace(n=10, isl=1500, osl=400, seed=7):
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        out.append(line(rng.randint(0, 50) * (i > 0), isl + rng.randint(-300, 300), osl + rng.randint(-100, 100),
+                        [100 * i + j for j in range(4)]))
+    return out
+
+
+def r11():
+    return [
+        line(0, 3000, 50, [1, 2, 3, 4, 5, 6]),
+        line(0, 2000, 100, [11, 12, 13, 14]),
+        line(10, 500, 0, [21]),
+        line(20, 800, 40, [31, 32]),
+    ]
+
+
+def session_trace(delay_key="delay"):
+    """Multi-turn sessions (string session ids), turn delays given explicitly or via timestamps."""
+    rows = []
+    # session A: 3 turns, explicit delays
+    rows.append(json.dumps({"timestamp": 0, "session_id": "A", "input_length": 700, "output_length": 40, "hash_ids": [1, 2]}))
+    rows.append(json.dumps({"timestamp": 0, "session_id": "A", "input_length": 900, "output_length": 30, "hash_ids": [1, 2], delay_key: 150}))
+    rows.append(json.dumps({"timestamp": 0, "session_id": "A", "input_length": 1400, "output_length": 25, "hash_ids": [1, 2, 3], delay_key: 50}))
+    # independent single requests
+    rows.append(line(5, 1200, 60, [7, 8, 9]))
+    rows.append(line(5, 300, 10, [1]))
+    # session B: delays implied by timestamps
+    rows.append(json.dumps({"timestamp": 40, "session_id": "B", "input_length": 1000, "output_length": 20, "hash_ids": [40, 41]}))
+    rows.append(json.dumps({"timestamp": 340, "session_id": "B", "input_length": 600, "output_length": 20, "hash_ids": [42, 43]}))
+    rows.append(json.dumps({"timestamp": 700, "session_id": "B", "input_length": 800, "output_length": 20, "hash_ids": [44, 45], delay_key: 0}))
+    # session C: starts later, 2 turns
+    rows.append(json.dumps({"timestamp": 120, "session_id": "C", "input_length": 2500, "output_length": 80, "hash_ids": [1, 2, 3, 60, 61]}))
+    rows.append(json.dumps({"timestamp": 130, "session_id": "C", "input_length": 300, "output_length": 15, "hash_ids": [62], delay_key: 25}))
+    rows.append(line(200, 64, 1, [70]))
+    return rows
+
+
+def alias_trace():
+    return [
+        json.dumps({"created_time": 0, "input_tokens": 800, "output_tokens": 20, "hash_ids": [1, 2]}),
+        json.dumps({"created_time": 10, "input_tokens": 1000, "output_tokens": 15, "hash_ids": [1, 2]}),
+        json.dumps({"timestamp": 20, "output_length": 12, "hash_ids": [1, 5]}),  # input_length omitted -> 1024
+        json.dumps({"created_time": 30, "output_tokens": 1, "hash_ids": [9]}),  # -> 512
+        json.dumps({"timestamp": 35, "input_length": 77, "output_tokens": 3, "hash_ids": [1], "request_id": "x"}),
+    ]
+
+
+def offset_trace():
+    return [line(5000 + 37 * i, 600 + 50 * i, 20 + i, [1, 2 + i]) for i in range(6)]
+
+
+# --------------------------------------------------------------------------------------------
+# scenario table
+# --------------------------------------------------------------------------------------------
+def eng(**engine):
+    return json.dumps({"engine": engine})
+
+
+def eng_top(engine, **top):
+    d = {"engine": engine}
+    d.update(top)
+    return json.dumps(d)
+
+
+RR = {"router_mode": "round_robin"}
+
+
+def T(name, lines, desc="", **kwargs):
+    return {"name": name, "kind": "trace", "description": desc, "trace_lines": lines, "kwargs": {**RR, **kwargs}}
+
+
+def S(name, args, desc="", keep_per_request=True, **kwargs):
+    return {"name": name, "kind": "synthetic", "description": desc, "args": list(args),
+            "kwargs": {**RR, **kwargs}, "_keep_per_request": keep_per_request}
+
+
+def scenarios():
+    tiny = tiny_trace()
+    mix = mixed_trace(11)
+    sc = [
+        # ---- spec §9 rows
+        T("r1_single", r1(), "R1: 1 request 1000/100"),
+        T("r2_batch20", r2(), "R2: 20 x 1000/50 at t=0"),
+        T("r3_prefix_every200", r3(), "R3: 8 x 2048/20 every 200 ms, shared prefix"),
+        T("r4_pressure_lifo", r4(), "R4: 12 x 2000/600, 256 blocks, LIFO",
+          extra_engine_args=eng(num_gpu_blocks=256)),
+        T("r4b_pressure_fifo", r4(), "R4b: R4 with FIFO preemption",
+          extra_engine_args=eng(num_gpu_blocks=256, preemption_mode="fifo")),
+        T("r5_long_chunked", r5(), "R5: 20000/20 + 3000/30, chunked"),
+        T("r5b_long_unchunked", r5(), "R5b: chunking off, budget 32768",
+          extra_engine_args=eng(enable_chunked_prefill=False, max_num_batched_tokens=32768)),
+        T("r9_tiny", tiny, "R9: tiny-like trace, 1 worker"),
+        T("r9b_tiny_600blocks", tiny, "R9b: num_gpu_blocks=600", extra_engine_args=eng(num_gpu_blocks=600)),
+        T("r9c_tiny_arrival_speedup2", tiny, "R9c: arrival_speedup_ratio=2", arrival_speedup_ratio=2.0),
+        T("r9d_tiny_concurrency4", tiny, "R9d: replay_concurrency=4", replay_concurrency=4),
+        T("r9e_tiny_tbs1024", tiny, "R9e: trace_block_size=1024", trace_block_size=1024),
+        T("r9f_tiny_sla", tiny, "R9f: SLA ttft<=1000 itl<=12", sla_ttft_ms=1000.0, sla_itl_ms=12.0),
+        S("r10_synth_rate20", (1000, 100, 500), "R10: synthetic rate 20", request_rate=20.0),
+        S("r10b_synth_conc32", (1000, 100, 500), "R10b: synthetic concurrency 32", replay_concurrency=32),
+        S("r10c_synth_prefix_groups", (4096, 128, 400), "R10c: rate 8, prefix 0.75, 8 groups",
+          request_rate=8.0, shared_prefix_ratio=0.75, num_prefix_groups=8),
+        T("r11_max_model_len", r11(), "R11: max_model_len=2048 edge cases",
+          extra_engine_args=eng(max_model_len=2048)),
+        # ---- speedups / timing
+        T("speedup_0", r1() + r3(), "speedup_ratio=0 == 1.0", extra_engine_args=eng(speedup_ratio=0.0)),
+        T("speedup_2_5", mix, "speedup_ratio=2.5", extra_engine_args=eng(speedup_ratio=2.5)),
+        T("decode_speedup_1_7", mix, "decode_speedup_ratio=1.7", extra_engine_args=eng(decode_speedup_ratio=1.7)),
+        T("fixed_timing", mix, "fixed timing 10/1 ms",
+          extra_engine_args=eng(timing_model={"type": "fixed", "prefill_ms": 10.0, "decode_ms": 1.0})),
+        T("fixed_timing_pressure", pressure_trace(), "fixed timing + small pool",
+          extra_engine_args=eng(num_gpu_blocks=120, block_size=32,
+                                timing_model={"type": "fixed", "prefill_ms": 7.5, "decode_ms": 1.25})),
+        # ---- block sizes
+        T("bs16", mix, "block_size 16", extra_engine_args=eng(block_size=16)),
+        T("bs32", mix, "block_size 32", extra_engine_args=eng(block_size=32)),
+        T("bs48_tbs100", mixed_trace(12, tbs=100), "block_size 48, trace_block_size 100",
+          trace_block_size=100, extra_engine_args=eng(block_size=48)),
+        T("bs48_tbs512", mix, "block_size 48 (not power of two)", extra_engine_args=eng(block_size=48)),
+        # ---- scheduler knobs
+        T("prefix_caching_off", r3() , "prefix caching off", extra_engine_args=eng(enable_prefix_caching=False)),
+        T("prefix_caching_off_mix", mix, "prefix caching off (mixed)", extra_engine_args=eng(enable_prefix_caching=False)),
+        T("chunked_off", mix, "chunked prefill off", extra_engine_args=eng(enable_chunked_prefill=False)),
+        T("chunked_off_budget300", mixed_trace(13, isl=(50, 280)), "chunking off, budget 300",
+          extra_engine_args=eng(enable_chunked_prefill=False, max_num_batched_tokens=300)),
+        T("max_num_seqs_3", mix, "max_num_seqs=3", extra_engine_args=eng(max_num_seqs=3)),
+        T("budget_300", mix, "max_num_batched_tokens=300", extra_engine_args=eng(max_num_batched_tokens=300)),
+        T("lifo_heavy", pressure_trace(12), "LIFO, 100 blocks of 32",
+          extra_engine_args=eng(num_gpu_blocks=100, block_size=32, preemption_mode="lifo")),
+        T("fifo_heavy", pressure_trace(12), "FIFO, 100 blocks of 32",
+          extra_engine_args=eng(num_gpu_blocks=100, block_size=32, preemption_mode="fifo")),
+        T("fifo_heavy_bs16_mix", mixed_trace(14, n=20, osl=(100, 400)), "FIFO, 300 blocks of 16, mixed",
+          extra_engine_args=eng(num_gpu_blocks=300, block_size=16, preemption_mode="fifo")),
+        T("lifo_heavy_budget", mixed_trace(15, n=20, osl=(100, 400)), "LIFO, 400 blocks of 16, budget 512",
+          extra_engine_args=eng(num_gpu_blocks=400, block_size=16, max_num_batched_tokens=512)),
+        T("max_model_len_pressure", pressure_trace(10, isl=900, osl=500), "max_model_len 1100 + small pool",
+          extra_engine_args=eng(max_model_len=1100, num_gpu_blocks=80, block_size=32)),
+        # ---- sessions
+        T("sessions_mooncake_delay", session_trace("delay"), "multi-turn sessions, mooncake, delay"),
+        T("sessions_mooncake_delay_ms", session_trace("delay_ms"), "multi-turn sessions, mooncake, delay_ms"),
+        T("sessions_mooncake_delta", session_trace("delay"), "multi-turn sessions, mooncake-delta",
+          trace_format="mooncake-delta"),
+        T("sessions_mooncake_delta_ms_bs16", session_trace("delay_ms"), "mooncake-delta, delay_ms, bs 16",
+          trace_format="mooncake-delta", extra_engine_args=eng(block_size=16)),
+        T("sessions_concurrency2", session_trace("delay"), "sessions under replay_concurrency=2",
+          replay_concurrency=2),
+        T("sessions_delta_concurrency2_rr2", session_trace("delay_ms"), "delta sessions, concurrency 2, 2 workers",
+          trace_format="mooncake-delta", replay_concurrency=2, num_workers=2),
+        T("sessions_arrival_speedup", session_trace("delay"), "sessions, arrival_speedup_ratio=3",
+          arrival_speedup_ratio=3.0),
+        # ---- workers / run control
+        T("rr2_tiny", tiny, "2 workers round robin", num_workers=2),
+        T("rr3_mix", mix, "3 workers round robin", num_workers=3),
+        T("rr2_pressure_fifo", pressure_trace(12), "2 workers, small pools, FIFO", num_workers=2,
+          extra_engine_args=eng(num_gpu_blocks=70, block_size=32, preemption_mode="fifo")),
+        T("max_sim_time_cut", tiny, "max_sim_time_ms=4000 cuts the run", max_sim_time_ms=4000.0),
+        T("sla_e2e", tiny, "sla_e2e_ms=5000", sla_e2e_ms=5000.0),
+        T("sla_ttft_only_mix", mix, "sla_ttft_ms only", sla_ttft_ms=100.0),
+        T("concurrency3_mix", mix, "replay_concurrency=3", replay_concurrency=3),
+        T("timestamp_offset", offset_trace(), "first timestamp 5000 is shifted to 0"),
+        # ---- trtllm
+        T("trtllm_default_tiny", tiny, "trtllm defaults", extra_engine_args=eng(backend="trtllm")),
+        T("trtllm_default_mix", mix, "trtllm defaults, mixed", extra_engine_args=eng(backend="trtllm")),
+        T("trtllm_pressure", pressure_trace(12), "trtllm small pool",
+          extra_engine_args=eng(backend="trtllm", num_gpu_blocks=100)),
+        T("trtllm_pressure_bs16_seqs", mixed_trace(16, n=20, osl=(100, 400)), "trtllm small pool, bs16, seqs 4",
+          extra_engine_args=eng(backend="trtllm", num_gpu_blocks=250, block_size=16, max_num_seqs=4)),
+        T("trtllm_sessions_rr2", session_trace("delay"), "trtllm sessions, 2 workers",
+          num_workers=2, extra_engine_args=eng(backend="trtllm")),
+        # ---- synthetic
+        S("synth_turns3", (800, 30, 12), "3 turns per session, inter-turn delay 40",
+          request_rate=15.0, turns_per_session=3, inter_turn_delay_ms=40.0),
+        S("synth_turns3_conc", (600, 20, 8), "3 turns, concurrency 3",
+          replay_concurrency=3, turns_per_session=3, inter_turn_delay_ms=25.0),
+        S("synth_shared_prefix", (2000, 50, 60), "shared prefix 0.5, 3 groups, bs 32",
+          request_rate=12.0, shared_prefix_ratio=0.5, num_prefix_groups=3,
+          extra_engine_args=eng(block_size=32)),
+        S("synth_prefix_no_groups", (2000, 50, 30), "shared prefix ratio without groups: no sharing",
+          request_rate=12.0, shared_prefix_ratio=0.5, num_prefix_groups=0),
+        S("synth_burst", (1500, 40, 40), "arrival_interval_ms=0 burst", arrival_interval_ms=0.0),
+        S("synth_interval", (1500, 40, 40), "arrival_interval_ms=35", arrival_interval_ms=35.0),
+        S("synth_output1", (700, 1, 30), "output 1", arrival_interval_ms=3.0),
+        S("synth_rate_seed7_rr2", (1200, 60, 80), "Poisson rate 25, seed 7, 2 workers",
+          request_rate=25.0, arrival_seed=7, num_workers=2),
+        S("synth_pressure_lifo", (1000, 300, 40), "small pool LIFO burst",
+          arrival_interval_ms=0.0, extra_engine_args=eng(num_gpu_blocks=200, block_size=32)),
+        S("synth_trtllm_pressure", (1000, 300, 40), "trtllm small pool burst",
+          arrival_interval_ms=0.0, extra_engine_args=eng(backend="trtllm", num_gpu_blocks=200)),
+        S("synth_large_summary_only", (1000, 100, 5000), "5000 requests rate 20 (summary only)",
+          keep_per_request=False, request_rate=20.0),
+        # ---- output 0/1, aliases
+        T("output_0_and_1", [line(0, 100, 0, [1]), line(0, 100, 1, [2]), line(3, 100, 2, [3]),
+                             line(3, 900, 0, [1, 2]), line(50, 2000, 1, [1, 2, 3, 4])],
+          "zero and one output tokens"),
+        T("field_aliases", alias_trace(), "created_time/input_tokens/output_tokens/omitted input_length"),
+    ]
+    return sc
+
+
+# --------------------------------------------------------------------------------------------
+# running the reference
+# --------------------------------------------------------------------------------------------
+def _ref():
+    from dynamo import _core  # noqa: WPS433
+    return _core
+
+
+def write_trace(lines, directory):
+    fd, path = tempfile.mkstemp(suffix=".jsonl", dir=directory)
+    with os.fdopen(fd, "w") as fh:
+        for ln in lines:
+            fh.write(ln + "\n")
+    return path
+
+
+def run_reference(sc, tmpdir):
+    core = _ref()
+    kwargs = dict(sc["kwargs"])
+    if sc["kind"] == "trace":
+        path = write_trace(sc["trace_lines"], tmpdir)
+        try:
+            res = core.run_mocker_trace_replay([path], capture_per_request=True, **kwargs)
+        finally:
+            os.unlink(path)
+    else:
+        res = core.run_mocker_synthetic_trace_replay(*sc["args"], capture_per_request=True, **kwargs)
+    summary = dict(res.summary)
+    recs = []
+    for r in res.per_request:
+        r = {k: v for k, v in r.items() if k not in NONDETERMINISTIC_RECORD_KEYS}
+        recs.append(r)
+    recs.sort(key=canonical_key)
+    return summary, recs
+
+
+# Fields compared per request by tests/test_parity.py (kept in compact goldens).
+COMPARED_RECORD_FIELDS = (
+    "arrival_time_ms", "first_admit_ms", "terminal_time_ms", "first_token_ms", "last_token_ms",
+    "ttft_ms", "ttst_ms", "e2e_latency_ms", "itl_ms", "input_length", "requested_output_length",
+    "output_length", "reused_input_tokens", "decode_worker_idx", "prefill_worker_idx",
+    "admission_count", "readmission_count", "terminal_status", "session_id", "turn_index",
+)
+COMPARED_ADMISSION_FIELDS = ("at_ms", "reused_input_tokens", "is_readmission")
+
+
+def compact_record(r):
+    out = {k: r.get(k) for k in COMPARED_RECORD_FIELDS}
+    out["admission_history"] = [{k: a.get(k) for k in COMPARED_ADMISSION_FIELDS}
+                                for a in r.get("admission_history") or []]
+    return out
+
+
+def _strip_wall(summary):
+    return {k: v for k, v in summary.items() if k not in WALL_CLOCK_KEYS}
+
+
+def _close(a, b, rel=1e-12):
+    """Deep comparison; floats may differ by summation order (the reference aggregates
+    means over a hash map whose iteration order changes from run to run)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k], rel) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_close(x, y, rel) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, (int, float)) and not isinstance(b, bool):
+        return a == b or abs(a - b) <= rel * max(abs(a), abs(b))
+    return a == b
+
+
+def make_golden(sc, tmpdir):
+    s1, p1 = run_reference(sc, tmpdir)
+    s2, p2 = run_reference(sc, tmpdir)
+    if not _close(_strip_wall(s1), _strip_wall(s2)) or not _close(p1, p2, 0.0):
+        raise RuntimeError(f"scenario {sc['name']} is not deterministic in the reference")
+    out = {"name": sc["name"], "kind": sc["kind"], "description": sc.get("description", "")}
+    if sc["kind"] == "trace":
+        out["trace_lines"] = sc["trace_lines"]
+    else:
+        out["args"] = sc["args"]
+        out["input_tokens"], out["output_tokens"], out["request_count"] = sc["args"]
+    out["kwargs"] = sc["kwargs"]
+    out["summary"] = s1
+    per_req = p1 if sc.get("_keep_per_request", True) else None
+    if per_req is not None and len(json.dumps(per_req, separators=(",", ":"))) > MAX_PER_REQUEST_BYTES:
+        # shrink: keep only the fields the parity test compares
+        per_req = [compact_record(r) for r in per_req]
+        out["per_request_compact"] = True
+        if len(json.dumps(per_req, separators=(",", ":"))) > MAX_PER_REQUEST_BYTES:
+            per_req = None
+    out["per_request"] = per_req
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# config normalisation + error strings
+# --------------------------------------------------------------------------------------------
+NORMALIZE_INPUTS = {
+    "empty": {},
+    "engine_block_size_64": {"engine": {"block_size": 64}},
+    "flat_block_size_64": {"block_size": 64},
+    "sglang_defaults": {"engine": {"backend": "sglang"}},
+    "trtllm_defaults": {"engine": {"backend": "trtllm"}},
+    "trtllm_bs16": {"engine": {"backend": "trtllm", "block_size": 16}},
+    "fixed_timing": {"engine": {"timing_model": {"type": "fixed", "prefill_ms": 10, "decode_ms": 1}}},
+    "top_level": {"engine": {"num_gpu_blocks": 100, "preemption_mode": "fifo"}, "dp_size": 1,
+                  "tensor_parallel_size": 4},
+    "sglang_nested": {"engine": {"backend": "sglang", "sglang": {"schedule_policy": "lpm"}}},
+    "json_string_input": '{"engine": {"max_model_len": 4096}}',
+    "nulls": {"engine": {"max_num_seqs": None, "max_num_batched_tokens": None}},
+}
+
+
+def make_normalize():
+    core = _ref()
+    out = {}
+    for name, inp in NORMALIZE_INPUTS.items():
+        try:
+            out[name] = {"input": inp, "output": core._normalize_mocker_config(inp)}
+        except BaseException as e:  # noqa: BLE001
+            out[name] = {"input": inp, "error_type": type(e).__name__, "message": str(e)}
+    return out
+
+
+GOOD = line(0, 100, 5, [1])
+
+
+def error_cases():
+    """(case name, kind, payload). Trace payloads: {"trace_lines", "kwargs"}; engine configs
+    are passed as JSON strings in kwargs.extra_engine_args."""
+    t = lambda lines, **kw: {"kind": "trace", "trace_lines": lines, "kwargs": kw}  # noqa: E731
+    s = lambda args, **kw: {"kind": "synthetic", "args": list(args), "kwargs": kw}  # noqa: E731
+    return {
+        "unknown_engine_field": t([GOOD], extra_engine_args=eng(foo=1)),
+        "unknown_top_level_field": t([GOOD], extra_engine_args=json.dumps({"engine": {}, "bar": 2})),
+        "flat_form_rejected": t([GOOD], extra_engine_args=json.dumps({"block_size": 64})),
+        "block_size_0": t([GOOD], extra_engine_args=eng(block_size=0)),
+        "num_gpu_blocks_0": t([GOOD], extra_engine_args=eng(num_gpu_blocks=0)),
+        "max_num_seqs_0": t([GOOD], extra_engine_args=eng(max_num_seqs=0)),
+        "max_num_batched_tokens_0": t([GOOD], extra_engine_args=eng(max_num_batched_tokens=0)),
+        "prefill_schedule_interval_0": t([GOOD], extra_engine_args=eng(prefill_schedule_interval=0)),
+        "speedup_ratio_neg": t([GOOD], extra_engine_args=eng(speedup_ratio=-1)),
+        "decode_speedup_ratio_neg": t([GOOD], extra_engine_args=eng(decode_speedup_ratio=-1)),
+        "bad_preemption_mode": t([GOOD], extra_engine_args=eng(preemption_mode="random")),
+        "bad_backend": t([GOOD], extra_engine_args=eng(backend="foo")),
+        "bad_kv_transfer_timing_mode": t([GOOD], extra_engine_args=eng(kv_transfer_timing_mode="x")),
+        "prefill_decode_interval_vllm": t([GOOD], extra_engine_args=eng(prefill_decode_interval=2)),
+        "prefill_decode_interval_trtllm": t([GOOD], extra_engine_args=eng(backend="trtllm",
+                                                                            prefill_decode_interval=1)),
+        "fixed_timing_missing_prefill_ms": t([GOOD], extra_engine_args=eng(timing_model={"type": "fixed"})),
+        "engine_args_bad_json": t([GOOD], extra_engine_args="{bad json"),
+        "engine_args_wrong_type": t([GOOD], extra_engine_args=eng(block_size="x")),
+        "input_length_over_capacity": t([GOOD, line(1, 1000, 5, [1])]),
+        "input_length_over_capacity_tbs": t([GOOD, line(1, 300, 5, [1, 2])], trace_block_size=128),
+        "malformed_json_line": t([GOOD, GOOD[:-1]]),
+        "missing_output_length": t([GOOD, json.dumps({"timestamp": 1, "input_length": 100, "hash_ids": [1]})]),
+        "missing_hash_ids": t([GOOD, json.dumps({"timestamp": 1, "input_length": 100, "output_length": 5})]),
+        "missing_timestamp": t([json.dumps({"input_length": 100, "output_length": 5, "hash_ids": [1]})]),
+        "zero_input_length": t([line(0, 0, 5, [])]),
+        "numeric_session_id": t([json.dumps({"timestamp": 0, "session_id": 5, "input_length": 100,
+                                             "output_length": 5, "hash_ids": [1]})]),
+        "delay_on_first_turn": t([json.dumps({"timestamp": 0, "session_id": "s", "input_length": 100,
+                                              "output_length": 5, "hash_ids": [1], "delay": 5})]),
+        "empty_trace": t([""]),
+        "bad_trace_format": t([GOOD], trace_format="MooncakeDelta"),
+        "trace_block_size_0": t([GOOD], trace_block_size=0),
+        "bad_router_mode": t([GOOD], router_mode="foo"),
+        "num_workers_0": t([GOOD], num_workers=0),
+        "replay_concurrency_0": t([GOOD], replay_concurrency=0),
+        "arrival_speedup_ratio_0": t([GOOD], arrival_speedup_ratio=0.0),
+        "max_sim_time_neg": t([GOOD], max_sim_time_ms=-5.0),
+        "sla_e2e_with_ttft": t([GOOD], sla_e2e_ms=100.0, sla_ttft_ms=10.0),
+        "sla_e2e_neg": t([GOOD], sla_e2e_ms=-1.0),
+        "sla_e2e_zero": t([GOOD], sla_e2e_ms=0.0),
+        "sla_ttft_zero": t([GOOD], sla_ttft_ms=0.0),
+        "never_progress": t([line(0, 100, 5000, [1])], extra_engine_args=eng(num_gpu_blocks=10)),
+        "synthetic_no_arrival_option": s((100, 5, 3)),
+        "synthetic_rate_and_interval": s((100, 5, 3), request_rate=1.0, arrival_interval_ms=1.0),
+        "synthetic_rate_and_concurrency": s((100, 5, 3), request_rate=1.0, replay_concurrency=2),
+        "synthetic_interval_and_concurrency": s((100, 5, 3), arrival_interval_ms=0.0, replay_concurrency=2),
+        "synthetic_rate_0": s((100, 5, 3), request_rate=0.0),
+        "synthetic_interval_neg": s((100, 5, 3), arrival_interval_ms=-1.0),
+        "synthetic_prefix_ratio_over_1": s((100, 5, 3), arrival_interval_ms=0.0, shared_prefix_ratio=1.5,
+                                           num_prefix_groups=2),
+        "synthetic_input_0": s((0, 5, 3), arrival_interval_ms=0.0),
+        "synthetic_output_0": s((100, 0, 3), arrival_interval_ms=0.0),
+        "synthetic_count_0": s((100, 5, 0), arrival_interval_ms=0.0),
+    }
+
+
+def make_errors(tmpdir):
+    core = _ref()
+    out = {}
+    for name, case in error_cases().items():
+        path = None
+        try:
+            if case["kind"] == "trace":
+                path = write_trace([ln for ln in case["trace_lines"]], tmpdir)
+                core.run_mocker_trace_replay([path], **case["kwargs"])
+            else:
+                core.run_mocker_synthetic_trace_replay(*case["args"], **case["kwargs"])
+            err_type, msg = None, None
+        except BaseException as e:  # noqa: BLE001
+            err_type, msg = type(e).__name__, str(e)
+            if path is not None:
+                msg = msg.replace(path, "{path}")
+        finally:
+            if path is not None:
+                os.unlink(path)
+        out[name] = {"input": case, "error_type": err_type, "message": msg}
+    # file-level error
+    missing = os.path.join(tmpdir, "does_not_exist.jsonl")
+    try:
+        core.run_mocker_trace_replay([missing])
+        out["missing_trace_file"] = {"input": {"kind": "trace", "trace_files": ["{path}"]},
+                                     "error_type": None, "message": None}
+    except BaseException as e:  # noqa: BLE001
+        out["missing_trace_file"] = {"input": {"kind": "trace", "trace_files": ["{path}"]},
+                                     "error_type": type(e).__name__, "message": str(e).replace(missing, "{path}")}
+    try:
+        core._normalize_mocker_config({"block_size": 64})
+    except BaseException as e:  # noqa: BLE001
+        out["normalize_flat_form"] = {"input": {"kind": "normalize", "config": {"block_size": 64}},
+                                      "error_type": type(e).__name__, "message": str(e)}
+    return out
+
+
+def dump(obj, path):
+    with open(path, "w") as fh:
+        json.dump(obj, fh, separators=(",", ":"))
+        fh.write("\n")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--only", nargs="*", help="scenario names to (re)generate")
+    ap.add_argument("--list", action="store_true", help="list scenario names and exit")
+    ap.add_argument("--no-extras", action="store_true", help="skip config_normalize.json / errors.json")
+    ap.add_argument("--out", default=str(GOLDEN_DIR))
+    args = ap.parse_args(argv)
+    scs = scenarios()
+    names = [s["name"] for s in scs]
+    assert len(set(names)) == len(names), "duplicate scenario names"
+    if args.list:
+        for s in scs:
+            print(f"{s['name']:36s} {s['kind']:9s} {s.get('description', '')}")
+        return 0
+    if args.only:
+        unknown = set(args.only) - set(names) - {"config_normalize", "errors"}
+        if unknown:
+            ap.error(f"unknown scenarios: {sorted(unknown)}")
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmpdir:
+        for sc in scs:
+            if args.only and sc["name"] not in args.only:
+                continue
+            g = make_golden(sc, tmpdir)
+            p = out_dir / f"{sc['name']}.json"
+            dump(g, p)
+            s = g["summary"]
+            print(f"{sc['name']:36s} completed={s['completed_requests']}/{s['num_requests']} "
+                  f"duration_ms={s['duration_ms']:.6f} per_request="
+                  f"{'-' if g['per_request'] is None else len(g['per_request'])} size={p.stat().st_size}")
+        if not args.no_extras and (not args.only or "config_normalize" in args.only):
+            dump(make_normalize(), out_dir / "config_normalize.json")
+            print("config_normalize.json written")
+        if not args.no_extras and (not args.only or "errors" in args.only):
+            dump(make_errors(tmpdir), out_dir / "errors.json")
+            print("errors.json written")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
