@@ -152,8 +152,17 @@ cdef class ReplayCore:
     cdef void _on_terminal(self, rid_t r, double at) noexcept nogil:
         cdef rid_t nt = self.next_turn[r]
         cdef TokRun g
+        cdef double x
         self.terminal += 1
         self.t.release_content(r)
+        if self.t.status[r] == ST_COMPLETED:
+            for x in self.t.itl_buf[r]:
+                welford_add(&self.itl, x)
+                ddsketch_add(&self.itl_sk, x)
+                if x > 0.0:
+                    welford_add(&self.tput, 1000.0 / x)
+                    ddsketch_add(&self.tput_sk, 1000.0 / x)
+        vector[double]().swap(self.t.itl_buf[r])
         if nt >= 0:
             if self.delta:
                 # next prompt = this prompt + this turn's output + the next row's delta
@@ -236,12 +245,6 @@ cdef class ReplayCore:
                     self.stalled_inflight = self.arrived - self.terminal
                     return True
                 self.committed_prefill += (<VllmRank>self.ranks[w]).out.committed_prefill
-                for x in (<VllmRank>self.ranks[w]).out_itl:
-                    welford_add(&self.itl, x)
-                    ddsketch_add(&self.itl_sk, x)
-                    if x > 0.0:
-                        welford_add(&self.tput, 1000.0 / x)
-                        ddsketch_add(&self.tput_sk, 1000.0 / x)
                 self.busy[w] = 1
                 self.busy_until[w] = (<VllmRank>self.ranks[w]).out.end
         return False

@@ -55,11 +55,11 @@ cdef class ReqTable:
     cdef vector[int64_t] reused_first # cached prefix tokens at first admission
     cdef vector[int64_t] reused_max   # max cached prefix over admissions
     cdef vector[int32_t] admissions   # admission count
+    cdef vector[vector[double]] itl_buf   # inter-token gaps, folded into the report at completion
     # admission history, flat (appended in admission order)
     cdef vector[rid_t] adm_rid
     cdef vector[double] adm_at
     cdef vector[int64_t] adm_reused
-    cdef vector[int8_t] adm_readmit
 
     cdef void resize(self, int64_t n) noexcept nogil
     cdef void set_prompt_runs(self, rid_t r, const TokRun* runs, int64_t nruns) noexcept nogil

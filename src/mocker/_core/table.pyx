@@ -84,6 +84,7 @@ cdef class ReqTable:
         self.reused_first.resize(n, 0)
         self.reused_max.resize(n, 0)
         self.admissions.resize(n, 0)
+        self.itl_buf.resize(n)
 
     cdef void set_prompt_runs(self, rid_t r, const TokRun* runs, int64_t nruns) noexcept nogil:
         """Hash the full blocks of the prompt described by ``runs``; keep the partial tail."""
@@ -169,7 +170,6 @@ cdef class ReqTable:
         self.adm_rid.push_back(r)
         self.adm_at.push_back(now)
         self.adm_reused.push_back(reused)
-        self.adm_readmit.push_back(1 if readmit else 0)
 
     def columns(self):
         """Copy the per-request columns out as numpy arrays (once per run)."""
@@ -192,5 +192,4 @@ cdef class ReqTable:
             "adm_rid": np.array(self.adm_rid, dtype=np.int32),
             "adm_at": np.array(self.adm_at, dtype=np.float64),
             "adm_reused": np.array(self.adm_reused, dtype=np.int64),
-            "adm_readmit": np.array(self.adm_readmit, dtype=np.int8),
         }

@@ -35,7 +35,6 @@ cdef class VllmRank:
     # outputs of the last pass
     cdef PassOut out
     cdef vector[rid_t] out_emitted     # requests that emitted a token at out.end
-    cdef vector[double] out_itl        # inter-token gaps of non-first tokens
     cdef vector[rid_t] out_completed   # completed at out.end
     cdef vector[rid_t] out_rejected    # rejected at out.end
     # per-pass scratch

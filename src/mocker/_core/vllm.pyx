@@ -218,7 +218,6 @@ cdef class VllmRank:
         self.out.start = now
         self.out.preemptions = 0
         self.out_emitted.clear()
-        self.out_itl.clear()
         self.out_completed.clear()
         self.out_rejected.clear()
         self.sched.clear()
@@ -317,7 +316,7 @@ cdef class VllmRank:
                     self.t.first_token[r] = end
                 else:
                     itl = end - self.t.last_token[r]
-                    self.out_itl.push_back(itl if itl > 0.0 else 0.0)
+                    self.t.itl_buf[r].push_back(itl if itl > 0.0 else 0.0)
                     if self.t.out_tokens[r] == 1:
                         self.t.second_token[r] = end
                 self.t.out_tokens[r] = self.t.out_tokens[r] + 1

@@ -49,7 +49,8 @@ def _latency_samples(cols: dict, mask: np.ndarray) -> dict:
     return {"ttft": ttft, "ttst": ttst, "tpot": tpot, "e2e_latency": e2e}
 
 
-def build_summary(cols: dict, *, num_requests: int, committed_prefill: int, wall_time_ms: float,
+def build_summary(cols: dict, *, num_requests: int, committed_prefill: int, sim_end_ms: float,
+                  wall_time_ms: float,
                   itl: dict, tput: dict, num_workers: int, gpus_per_worker: int,
                   max_sim_time_ms: float = math.inf, sla: dict | None = None) -> dict:
     mask = _completed_mask(cols, max_sim_time_ms)
@@ -59,7 +60,8 @@ def build_summary(cols: dict, *, num_requests: int, committed_prefill: int, wall
     duration_ms = float(cols["terminal_time_ms"][mask].max()) if completed else 0.0
     duration_s = max(duration_ms / 1000.0, 1e-9)
     wall_s = max(wall_time_ms / 1000.0, 1e-9)
-    decode_ws = num_workers * (duration_ms / 1000.0)
+    # workers are provisioned from t=0 until the simulation stops (its last event)
+    decode_ws = num_workers * (sim_end_ms / 1000.0)
     s: dict = {
         "kv_eviction_policy": "lru",
         "committed_prefill_tokens": int(committed_prefill),
@@ -173,7 +175,7 @@ def build_records(cols: dict, order: np.ndarray, session_id: list, turn_index: l
             hist.append({"admission_ordinal": j, "pool_admission_ordinal": j, "pool": "agg",
                          "at_ms": float(cols["adm_at"][a]),
                          "reused_input_tokens": int(cols["adm_reused"][a]),
-                         "is_readmission": bool(cols["adm_readmit"][a])})
+                         "is_readmission": j > 0})
         w = int(cols["worker"][r])
         recs.append({
             "session_id": session_id[r],

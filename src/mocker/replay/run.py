@@ -115,6 +115,7 @@ def _execute(workload: Workload, config: dict, *, num_workers: int, concurrency:
     wall_ms = (time.perf_counter() - t0) * 1000.0
     tp = config["tensor_parallel_size"] * config["dp_size"]
     summary = build_summary(ordered, num_requests=core.arrived, committed_prefill=core.committed_prefill,
+                            sim_end_ms=core.now_ms,
                             wall_time_ms=wall_ms, itl=core.itl_summary(), tput=core.throughput_summary(),
                             num_workers=num_workers, gpus_per_worker=tp, max_sim_time_ms=cap, sla=sla)
     records = None
@@ -155,7 +156,8 @@ def run_trace_replay(trace_files: str | os.PathLike | Iterable, extra_engine_arg
     if not trace_files:
         raise ReplayError("at least one trace file is required")
     workload = load_mooncake(trace_files, 512 if trace_block_size is None else trace_block_size,
-                             trace_format, ratio, timestamps_required=replay_concurrency is None)
+                             trace_format, ratio, timestamps_required=replay_concurrency is None,
+                             name_sessions=replay_concurrency is not None)
     return _execute(workload, config, num_workers=num_workers, concurrency=replay_concurrency,
                     max_sim_time_ms=max_sim_time_ms, sla=sla, capture_per_request=capture_per_request,
                     report_jsonl_path=report_jsonl_path, progress=progress, t0=t0)
@@ -214,12 +216,16 @@ def _synthetic_to_workload(syn, bs: int, ratio: float) -> Workload:
     delay = np.where(turn > 0, syn.inter_turn_delay_ms / ratio, 0.0).astype(np.float64)
     heads = np.nonzero(turn == 0)[0].astype(np.int32)
     head_arr = np.asarray(syn.arrival_ms, dtype=np.float64)[heads]
-    head_arr = np.where(np.isnan(head_arr), 0.0, head_arr)
-    multi = syn.turns_per_session > 1
+    head_arr = np.where(np.isnan(head_arr), 0.0, head_arr) / ratio
+    if syn.session_mode:
+        session_id = [f"session_{int(s)}" for s in sess]
+        turn_index = [int(t) for t in turn]
+    else:
+        session_id = turn_index = [None] * n
     return Workload(
         n=n, input_length=in_len, output_length=np.asarray(syn.output_len, dtype=np.int64),
         run_off=offs, run_kind=np.zeros(ids.shape[0], dtype=np.int8),
         run_v=dense.astype(np.uint64).reshape(-1), run_start=np.zeros(ids.shape[0], dtype=np.int64),
         run_n=run_n, next_turn=next_turn, delay_ms=delay, session_heads=heads,
         head_arrival_ms=head_arr,
-        session_id=[None] * n, turn_index=[None] * n, delta=False)
+        session_id=session_id, turn_index=turn_index, delta=False)

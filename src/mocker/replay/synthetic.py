@@ -30,6 +30,11 @@ Facts established against ``ai-dynamo-runtime==1.6.1`` (black box):
   ``turns_per_session=0`` alone is accepted and means one turn). In the session path the
   reference's request UUIDs are random and per-request records carry ``session_id =
   "session_<i>"`` / ``turn_index``; in the simple path UUIDs are sequential and both are None.
+* Validation order (1.6.1): negative/oversized ints -> OverflowError (pyo3 conversion);
+  "exactly one of" -> rate / interval / concurrency value checks -> engine config
+  (``block_size must be positive``) -> simple path: interval->qps, sizes, speedup ratio;
+  session path: sizes, turns, inter-turn delay, ratio, interval->qps, speedup ratio.
+  (The reference raises plain ``Exception`` for these; we raise ``ValueError``.)
 """
 
 from __future__ import annotations

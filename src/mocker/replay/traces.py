@@ -73,8 +73,13 @@ def _float_field(row: dict, names: tuple[str, ...], where: str):
 
 
 def load_mooncake(paths, trace_block_size: int = 512, trace_format: str = "mooncake",
-                  arrival_speedup_ratio: float = 1.0, timestamps_required: bool = True) -> Workload:
-    """Parse one or more mooncake JSONL files into a :class:`Workload`."""
+                  arrival_speedup_ratio: float = 1.0, timestamps_required: bool = True,
+                  name_sessions: bool = False) -> Workload:
+    """Parse one or more mooncake JSONL files into a :class:`Workload`.
+
+    Records carry session names when the trace has sessions or ``name_sessions`` is set
+    (closed-loop mode), as the reference does; rows without a session are ``request_<line>``.
+    """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     fmt = TRACE_FORMATS.get(trace_format)
@@ -173,7 +178,7 @@ def load_mooncake(paths, trace_block_size: int = 512, trace_format: str = "moonc
     for key, rids in sessions.items():
         name = key if isinstance(key, str) else f"request_{key[1]}"
         for k, rid in enumerate(rids):
-            if any_session:
+            if any_session or name_sessions:
                 session_id[rid] = name
                 turn_index[rid] = k
             path, lineno = line_of[rid]
