@@ -18,7 +18,7 @@ from mocker.replay.report import ReplayResult, build_records, build_summary
 from mocker.replay.synthetic import build_synthetic_workload
 from mocker.replay.traces import TraceError, Workload, load_mooncake
 
-__all__ = ["run_trace_replay", "run_synthetic_trace_replay", "ReplayError"]
+__all__ = ["run_trace_replay", "run_synthetic_trace_replay", "ReplayError", "simulate"]
 
 
 class ReplayError(ValueError):
@@ -28,14 +28,9 @@ class ReplayError(ValueError):
 ProgressFn = Callable[[float, int, int, bool], None]   # (sim_time_ms, done, total, finished)
 
 
-def _finite_positive(name: str, v: Any) -> float:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        raise ReplayError(f"{name} must be a number, got {v!r}") from None
-    if not math.isfinite(f) or f <= 0:
-        raise ReplayError(f"{name} must be finite and positive, got {v!r}")
-    return f
+def _num(f: float) -> str:
+    """Format a number the way the reference's messages do (``-1``, ``0``, ``2.5``)."""
+    return str(int(f)) if math.isfinite(f) and f.is_integer() else repr(f)
 
 
 def _check_common(num_workers, replay_concurrency, router_mode, arrival_speedup_ratio,
@@ -67,9 +62,14 @@ def _check_common(num_workers, replay_concurrency, router_mode, arrival_speedup_
     sla = {}
     for name, v in (("ttft_ms", sla_ttft_ms), ("itl_ms", sla_itl_ms), ("e2e_ms", sla_e2e_ms)):
         if v is not None:
-            f = float(v)
-            if not math.isfinite(f) or f <= 0:
-                raise ReplayError(f"invalid replay spec: sla.{name} must be finite and positive, got {v!r}")
+            try:
+                f = float(v)
+            except (TypeError, ValueError):
+                raise ReplayError(f"sla_{name} must be a number, got {v!r}") from None
+            if not math.isfinite(f) or f < 0:
+                raise ReplayError(f"sla_{name} must be a finite, non-negative value, got {_num(f)}")
+            if f == 0:
+                raise ReplayError(f"invalid replay spec: sla.{name} must be finite and positive, got {_num(f)}")
             sla[name] = f
     if "e2e_ms" in sla and ("ttft_ms" in sla or "itl_ms" in sla):
         raise ReplayError("invalid replay spec: sla.e2e_ms is mutually exclusive with sla.ttft_ms/itl_ms")
@@ -89,9 +89,16 @@ def _build_ranks(config: dict, table: ReqTable, num_workers: int) -> list:
     return [VllmRank(table, engine) for _ in range(num_workers)]
 
 
-def _execute(workload: Workload, config: dict, *, num_workers: int, concurrency: int | None,
-             max_sim_time_ms: float | None, sla: dict, capture_per_request: bool,
-             report_jsonl_path, progress: ProgressFn | None, t0: float) -> ReplayResult:
+class _Simulation:
+    """A finished simulation: the request table, the ranks and the replay core."""
+
+    def __init__(self, table, ranks, core, workload):
+        self.table, self.ranks, self.core, self.workload = table, ranks, core, workload
+
+
+def simulate(workload: Workload, config: dict, *, num_workers: int = 1, concurrency: int | None = None,
+             max_sim_time_ms: float | None = None, progress: ProgressFn | None = None) -> _Simulation:
+    """Run the compiled event loop over ``workload`` (no report); used by the entry points and tests."""
     engine = config["engine"]
     table = ReqTable(workload.n, engine["block_size"])
     ranks = _build_ranks(config, table, num_workers)
@@ -108,10 +115,19 @@ def _execute(workload: Workload, config: dict, *, num_workers: int, concurrency:
                 last_report = now
         if fin:
             break
-    cols = table.columns()
+    return _Simulation(table, ranks, core, workload)
+
+
+def _execute(workload: Workload, config: dict, *, num_workers: int, concurrency: int | None,
+             max_sim_time_ms: float | None, sla: dict, capture_per_request: bool,
+             report_jsonl_path, progress: ProgressFn | None, t0: float) -> ReplayResult:
+    sim = simulate(workload, config, num_workers=num_workers, concurrency=concurrency,
+                   max_sim_time_ms=max_sim_time_ms, progress=progress)
+    core = sim.core
+    cap = math.inf if max_sim_time_ms is None else float(max_sim_time_ms)
+    cols = sim.table.columns()
     order = np.asarray(core.arrival_order(), dtype=np.int64)
     ordered = {k: (v[order] if k in _PER_REQ and v.shape[0] == workload.n else v) for k, v in cols.items()}
-    ordered["adm_rid"] = cols["adm_rid"]
     wall_ms = (time.perf_counter() - t0) * 1000.0
     tp = config["tensor_parallel_size"] * config["dp_size"]
     summary = build_summary(ordered, num_requests=core.arrived, committed_prefill=core.committed_prefill,
@@ -126,7 +142,6 @@ def _execute(workload: Workload, config: dict, *, num_workers: int, concurrency:
             with open(report_jsonl_path, "w", encoding="utf-8") as fh:
                 for rec in records:
                     fh.write(json.dumps(rec, separators=(",", ":")) + "\n")
-    summary["wall_time_ms"] = (time.perf_counter() - t0) * 1000.0 if False else wall_ms
     return ReplayResult(summary, records if capture_per_request else None)
 
 
