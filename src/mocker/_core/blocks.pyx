@@ -8,7 +8,7 @@ hits attach to.  Released cached copies go to the LRU tail; eviction pops the he
 from cython.operator cimport dereference as deref
 from libcpp.vector cimport vector
 from libcpp.unordered_map cimport unordered_map
-from mocker._core._types cimport int64_t, hash_t, slot_t
+from mocker._core._types cimport int64_t, uint64_t, hash_t, slot_t
 
 
 cdef class BlockPool:
@@ -201,3 +201,33 @@ cdef class BlockPool:
                 assert self.s_cached[s] and self.s_refs[s] == 0, f"slot {s} on LRU but held"
         assert used + <int64_t>self.free_slots.size() == self.capacity, "blocks not conserved"
         assert in_lru == self.lru_len, "LRU length mismatch"
+
+
+def churn(BlockPool pool, int64_t rounds, int64_t blocks_per_seq, int64_t num_prefixes, uint64_t seed=1):
+    """Allocate / publish / release sequences sharing ``num_prefixes`` prefixes (benchmark driver).
+
+    Each round looks up a sequence's chained hashes, allocates (hits + fresh blocks, evicting
+    when full), publishes the fresh blocks and releases them all.  Returns total prefix hits.
+    """
+    cdef vector[slot_t] table
+    cdef vector[hash_t] hs
+    cdef int64_t i, k, hits = 0, ov, act
+    cdef uint64_t x = seed
+    hs.resize(blocks_per_seq)
+    with nogil:
+        for i in range(rounds):
+            x = x * 6364136223846793005ULL + 1442695040888963407ULL
+            for k in range(blocks_per_seq):
+                # first half of each sequence comes from a shared prefix, the rest is unique
+                if k < blocks_per_seq // 2:
+                    hs[k] = (x >> 33) % <uint64_t>num_prefixes * 1000003ULL + <uint64_t>k + 1
+                else:
+                    hs[k] = (<uint64_t>i << 20) ^ (<uint64_t>k + 0x9E3779B97F4A7C15ULL)
+            pool.lookup(hs.data(), blocks_per_seq, &ov, &act)
+            if not pool.allocate(&table, blocks_per_seq, hs.data(), ov):
+                continue
+            hits += ov
+            for k in range(ov, blocks_per_seq):
+                pool.cache_block(table[k], hs[k])
+            pool.release(&table)
+    return hits

@@ -193,3 +193,20 @@ cdef class ReqTable:
             "adm_at": np.array(self.adm_at, dtype=np.float64),
             "adm_reused": np.array(self.adm_reused, dtype=np.int64),
         }
+
+    def set_prompt(self, rid_t r, token_ids, int64_t max_output_tokens):
+        """Set request ``r``'s prompt from token ids (consecutive equal ids are run-length merged)."""
+        cdef vector[TokRun] runs
+        cdef TokRun tr
+        tr.kind = RUN_CONST
+        tr.start = 0
+        for tok in token_ids:
+            if runs.size() > 0 and runs.back().v == <uint64_t>tok:
+                runs.back().n += 1
+            else:
+                tr.v = <uint64_t>tok
+                tr.n = 1
+                runs.push_back(tr)
+        self.set_prompt_runs(r, runs.data(), <int64_t>runs.size())
+        self.req_out[r] = max_output_tokens
+        self.max_out[r] = max_output_tokens

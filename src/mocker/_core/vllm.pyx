@@ -342,3 +342,15 @@ cdef class VllmRank:
         self.out.committed_prefill = committed
         self.out.effect = (effect or self.out_emitted.size() > 0 or self.out_completed.size() > 0
                            or self.out_rejected.size() > 0 or self.out.preemptions > 0)
+
+    # -- Python-level driving (benchmarks, tests, live mode) -------------------------
+    def submit(self, rid_t r):
+        """Queue request ``r`` (its prompt must be set in the table)."""
+        self.add_request(r)
+
+    def run_pass(self, double now):
+        """Run one pass at ``now``; returns (end_ms, tokens_emitted, completed, rejected)."""
+        with nogil:
+            self.step(now)
+        return (self.out.end, <int64_t>self.out_emitted.size(),
+                <int64_t>self.out_completed.size(), <int64_t>self.out_rejected.size())
