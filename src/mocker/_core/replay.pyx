@@ -223,6 +223,7 @@ cdef class ReplayCore:
             for w in range(self.n_workers):
                 if self.busy[w] and self.busy_until[w] == now:
                     self.busy[w] = 0
+                    self.committed_prefill += (<VllmRank>self.ranks[w]).out.committed_prefill
                     for r in (<VllmRank>self.ranks[w]).out_completed:
                         self._on_terminal(r, now)
                     for r in (<VllmRank>self.ranks[w]).out_rejected:
@@ -244,7 +245,6 @@ cdef class ReplayCore:
                 if not (<VllmRank>self.ranks[w]).out.effect and (<VllmRank>self.ranks[w]).out.end == now:
                     self.stalled_inflight = self.arrived - self.terminal
                     return True
-                self.committed_prefill += (<VllmRank>self.ranks[w]).out.committed_prefill
                 self.busy[w] = 1
                 self.busy_until[w] = (<VllmRank>self.ranks[w]).out.end
         return False
