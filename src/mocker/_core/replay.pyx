@@ -52,6 +52,7 @@ cdef class ReplayCore:
     cdef double now
     cdef double max_sim
     cdef vector[int8_t] busy
+    cdef vector[int8_t] stalled          # made an effect-free zero-duration pass; waits for an arrival
     cdef vector[double] busy_until
     cdef int64_t rr_next
     cdef public int64_t arrived
@@ -126,6 +127,7 @@ cdef class ReplayCore:
                 self.dyn.push(Arrival(-0.0, -<int64_t>heads[i]))
             self.session_ptr = min(concurrency, heads.shape[0])
         self.busy.resize(self.n_workers, 0)
+        self.stalled.resize(self.n_workers, 0)
         self.busy_until.resize(self.n_workers, 0.0)
         self.now = 0.0
 
@@ -147,6 +149,7 @@ cdef class ReplayCore:
             self.t.set_prompt_runs(r, self.runs.data() + self.run_off[r], self.run_off[r + 1] - self.run_off[r])
         self.arrived += 1
         self.arrival_seq.push_back(r)
+        self.stalled[w] = 0
         (<VllmRank>self.ranks[w]).add_request(r)
 
     cdef void _on_terminal(self, rid_t r, double at) noexcept nogil:
@@ -216,6 +219,9 @@ cdef class ReplayCore:
                 if self.busy[w] and self.busy_until[w] < tn:
                     tn = self.busy_until[w]
             if tn == INFINITY or tn > self.max_sim:
+                if tn == INFINITY and self.arrived > self.terminal:
+                    # nothing left to happen, yet requests are stuck: the run cannot finish
+                    self.stalled_inflight = self.arrived - self.terminal
                 return True
             now = tn
             self.now = now
@@ -237,14 +243,14 @@ cdef class ReplayCore:
                 self._arrive(r, now)
             # 3. idle workers with work start a pass
             for w in range(self.n_workers):
-                if self.busy[w] or not (<VllmRank>self.ranks[w]).has_work():
+                if self.busy[w] or self.stalled[w] or not (<VllmRank>self.ranks[w]).has_work():
                     continue
                 (<VllmRank>self.ranks[w]).step(now)
                 self.passes += 1
                 budget -= 1
                 if not (<VllmRank>self.ranks[w]).out.effect and (<VllmRank>self.ranks[w]).out.end == now:
-                    self.stalled_inflight = self.arrived - self.terminal
-                    return True
+                    self.stalled[w] = 1
+                    continue
                 self.busy[w] = 1
                 self.busy_until[w] = (<VllmRank>self.ranks[w]).out.end
         return False

@@ -261,8 +261,9 @@ cdef class VllmRank:
             active_cached = active_overlap * bs
             if active_cached > seq_len:
                 active_cached = seq_len
-            if cached >= seq_len and not self.trtllm:
-                # vLLM must compute at least the last token; TRT-LLM takes a full hit
+            if cached >= seq_len and not self.trtllm and self._remaining(r) > 0:
+                # vLLM must compute at least the last token to sample from it; TRT-LLM and
+                # requests that sample nothing (zero output) take a full hit
                 cached = ((seq_len - 1) // bs) * bs
             if self.trtllm:
                 needed = ceil_div(self.t.prompt_len[r] + self.t.max_out[r], bs) - (active_cached if active_cached < cached else cached) // bs

@@ -49,12 +49,16 @@ def _check_common(num_workers, replay_concurrency, router_mode, arrival_speedup_
                                            or not isinstance(replay_concurrency, int)
                                            or replay_concurrency < 1):
         raise ReplayError("replay_concurrency must be at least 1")
-    try:
-        r = float(arrival_speedup_ratio)
-    except (TypeError, ValueError):
-        r = float("nan")
-    if not math.isfinite(r) or r <= 0:
-        raise ReplayError(f"arrival_speedup_ratio must be a finite positive number, got {arrival_speedup_ratio!r}")
+    if replay_concurrency is not None:
+        r = 1.0        # closed loop: timestamps and delays are not scaled (the reference ignores it)
+    else:
+        try:
+            r = float(arrival_speedup_ratio)
+        except (TypeError, ValueError):
+            r = float("nan")
+        if not math.isfinite(r) or r <= 0:
+            raise ReplayError("arrival_speedup_ratio must be a finite positive number, "
+                              f"got {_num(r) if math.isfinite(r) else repr(arrival_speedup_ratio)}")
     if max_sim_time_ms is not None:
         m = float(max_sim_time_ms)
         if not math.isfinite(m) or m < 0:

@@ -77,7 +77,7 @@ def load_mooncake(paths, trace_block_size: int = 512, trace_format: str = "moonc
                   name_sessions: bool = False) -> Workload:
     """Parse one or more mooncake JSONL files into a :class:`Workload`.
 
-    Records carry session names when the trace has sessions or ``name_sessions`` is set
+    Records carry session names when a session has several turns or ``name_sessions`` is set
     (closed-loop mode), as the reference does; rows without a session are ``request_<line>``.
     """
     if isinstance(paths, (str, os.PathLike)):
@@ -104,7 +104,6 @@ def load_mooncake(paths, trace_block_size: int = 512, trace_format: str = "moonc
     run_off = [0]
     run_v: list[int] = []
     run_n: list[int] = []
-    any_session = False
     row_no = 0
     for path in paths:
         path = os.fspath(path)
@@ -144,7 +143,6 @@ def load_mooncake(paths, trace_block_size: int = 512, trace_format: str = "moonc
                 sid = row.get("session_id")
                 if sid is not None and not isinstance(sid, str):
                     raise TraceError(f"{where}: session_id must be a string, got {sid!r}")
-                any_session = any_session or sid is not None
                 ts = _float_field(row, ("timestamp", "created_time"), where)
                 dl = _float_field(row, ("delay", "delay_ms"), where)
                 otids = row.get("output_token_ids")
@@ -175,15 +173,18 @@ def load_mooncake(paths, trace_block_size: int = 512, trace_format: str = "moonc
     session_id: list = [None] * n
     turn_index: list = [None] * n
     heads, head_ts = [], []
+    # the reference names sessions in its records only when some session has several turns
+    # (or in closed-loop mode); single-turn traces report null session ids
+    named = name_sessions or any(len(rids) > 1 for rids in sessions.values())
     for key, rids in sessions.items():
         name = key if isinstance(key, str) else f"request_{key[1]}"
         for k, rid in enumerate(rids):
-            if any_session or name_sessions:
+            if named:
                 session_id[rid] = name
                 turn_index[rid] = k
             path, lineno = line_of[rid]
             if k == 0:
-                if delay_of[rid] is not None:
+                if delay_of[rid]:          # an explicit 0 is accepted, as by the reference
                     raise TraceError(f"{path}: trace line {lineno} sets delay on the first turn of session {name}")
                 if in_len[rid] <= 0:
                     raise TraceError(f"{path}: session {name} turn 0 must have a positive input_length")
