@@ -173,6 +173,8 @@ cdef class VllmRank:
         self.t.sched_before[r] = prompt_before
         self.sched.push_back(r)
         if prompt_tokens > 0:
+            # committed when scheduled: a later preemption in this pass does not take it back
+            self.out.committed_prefill += used
             self.b_n += 1
             self.b_isl += prompt_before + prompt_tokens
             self.b_pre += prompt_before
@@ -211,12 +213,13 @@ cdef class VllmRank:
         cdef rid_t r
         cdef int64_t res, seq_len, overlap, active_overlap, cached, active_cached, needed, available, nfull
         cdef double prefill_ms, decode_ms, end, active, itl
-        cdef int64_t n_decode, rem, committed
+        cdef int64_t n_decode, rem
         cdef bint effect = False
 
         self.pass_id += 1
         self.out.start = now
         self.out.preemptions = 0
+        self.out.committed_prefill = 0
         self.out_emitted.clear()
         self.out_completed.clear()
         self.out_rejected.clear()
@@ -294,16 +297,25 @@ cdef class VllmRank:
         decode_ms = decode_phase_ms(&self.tm, n_decode, active)
         end = (now + prefill_ms) + decode_ms
 
-        committed = 0
         for r in self.sched:
-            if self.t.sched_pass[r] == self.pass_id and self.t.sched_prompt[r] > 0:
-                committed += self.t.sched_used[r]
             if self.t.sched_pass[r] == self.pass_id and self.t.sched_used[r] > 0:
                 effect = True
 
-        # emission, completion
-        i = 0
+        # requests that sample nothing (zero output) finish first, then the others emit
         cdef size_t keep = 0
+        for i in range(self.running.size()):
+            r = self.running[i]
+            if (self.t.computed[r] == self.t.prompt_len[r] + self.t.generated[r]
+                    and self._remaining(r) == 0):
+                self.pool.release(&self.t.blocks[r])
+                self.t.status[r] = ST_COMPLETED
+                self.t.terminal_time[r] = end
+                self.out_completed.push_back(r)
+            else:
+                self.running[keep] = r
+                keep += 1
+        self.running.resize(keep)
+        keep = 0
         for i in range(self.running.size()):
             r = self.running[i]
             seq_len = self.t.prompt_len[r] + self.t.generated[r]
@@ -340,7 +352,6 @@ cdef class VllmRank:
         self.out.end = end
         self.out.prefill_n = self.b_n
         self.out.decode_n = n_decode
-        self.out.committed_prefill = committed
         self.out.effect = (effect or self.out_emitted.size() > 0 or self.out_completed.size() > 0
                            or self.out_rejected.size() > 0 or self.out.preemptions > 0)
 
