@@ -5,7 +5,6 @@
 ones under the token budget, allocates blocks (preempting on failure), times the
 pass and emits one token per ready request, all stamped with the pass end.
 """
-from libc.math cimport isnan
 from libcpp.vector cimport vector
 from mocker._core._types cimport int64_t, rid_t, slot_t, hash_t
 from mocker._core.timing cimport TimingModel, prefill_phase_ms, decode_phase_ms, TIMING_FIXED, TIMING_POLYNOMIAL
@@ -24,7 +23,7 @@ cdef inline int64_t ceil_div(int64_t a, int64_t b) noexcept nogil:
 
 
 cdef class VllmRank:
-    def __cinit__(self, ReqTable table, dict engine, int64_t capacity_override=-1):
+    def __cinit__(self, ReqTable table, dict engine):
         """``engine`` is the normalized ``engine`` section of the config."""
         cdef dict tmodel = engine["timing_model"]
         self.t = table
