@@ -15,7 +15,7 @@ from libcpp.queue cimport priority_queue
 from libcpp.pair cimport pair
 from mocker._core._types cimport rid_t
 from mocker._core.table cimport ReqTable, TokRun, RUN_CONST, RUN_GEN, ST_PENDING, ST_COMPLETED, ST_REJECTED
-from mocker._core.vllm cimport VllmRank
+from mocker._core.rank cimport Rank
 from mocker._core.stats cimport (Welford, welford_init, welford_add, welford_mean, welford_std,
                                  welford_min, welford_max, DDSketch, ddsketch_init, ddsketch_free,
                                  ddsketch_add, ddsketch_percentile)
@@ -31,8 +31,8 @@ class ReplayInvariantError(RuntimeError):
 
 cdef class ReplayCore:
     cdef ReqTable t
-    cdef list _ranks                     # keeps the VllmRank objects alive
-    cdef vector[void*] ranks             # borrowed VllmRank pointers (nogil access)
+    cdef list _ranks                     # keeps the rank objects alive
+    cdef vector[void*] ranks             # borrowed Rank pointers (nogil access)
     cdef int64_t n_workers
     # workload
     cdef vector[int64_t] run_off
@@ -150,7 +150,7 @@ cdef class ReplayCore:
         self.arrived += 1
         self.arrival_seq.push_back(r)
         self.stalled[w] = 0
-        (<VllmRank>self.ranks[w]).add_request(r)
+        (<Rank>self.ranks[w]).add_request(r)
 
     cdef void _on_terminal(self, rid_t r, double at) noexcept nogil:
         cdef rid_t nt = self.next_turn[r]
@@ -229,10 +229,10 @@ cdef class ReplayCore:
             for w in range(self.n_workers):
                 if self.busy[w] and self.busy_until[w] == now:
                     self.busy[w] = 0
-                    self.committed_prefill += (<VllmRank>self.ranks[w]).out.committed_prefill
-                    for r in (<VllmRank>self.ranks[w]).out_completed:
+                    self.committed_prefill += (<Rank>self.ranks[w]).out.committed_prefill
+                    for r in (<Rank>self.ranks[w]).out_completed:
                         self._on_terminal(r, now)
-                    for r in (<VllmRank>self.ranks[w]).out_rejected:
+                    for r in (<Rank>self.ranks[w]).out_rejected:
                         self._on_terminal(r, now)
             # 2. admissions
             while True:
@@ -243,16 +243,16 @@ cdef class ReplayCore:
                 self._arrive(r, now)
             # 3. idle workers with work start a pass
             for w in range(self.n_workers):
-                if self.busy[w] or self.stalled[w] or not (<VllmRank>self.ranks[w]).has_work():
+                if self.busy[w] or self.stalled[w] or not (<Rank>self.ranks[w]).has_work():
                     continue
-                (<VllmRank>self.ranks[w]).step(now)
+                (<Rank>self.ranks[w]).step(now)
                 self.passes += 1
                 budget -= 1
-                if not (<VllmRank>self.ranks[w]).out.effect and (<VllmRank>self.ranks[w]).out.end == now:
+                if not (<Rank>self.ranks[w]).out.effect and (<Rank>self.ranks[w]).out.end == now:
                     self.stalled[w] = 1
                     continue
                 self.busy[w] = 1
-                self.busy_until[w] = (<VllmRank>self.ranks[w]).out.end
+                self.busy_until[w] = (<Rank>self.ranks[w]).out.end
         return False
 
     def advance(self, int64_t max_passes=1 << 62):

@@ -7,9 +7,10 @@ pass and emits one token per ready request, all stamped with the pass end.
 """
 from libcpp.vector cimport vector
 from mocker._core._types cimport int64_t, rid_t, slot_t, hash_t
-from mocker._core.timing cimport TimingModel, prefill_phase_ms, decode_phase_ms, TIMING_FIXED, TIMING_POLYNOMIAL
+from mocker._core.timing cimport prefill_phase_ms, decode_phase_ms
 from mocker._core.table cimport ReqTable, ST_WAITING, ST_RUNNING, ST_COMPLETED, ST_REJECTED
 from mocker._core.blocks cimport BlockPool
+from mocker._core.rank cimport Rank
 
 cdef enum:
     BLOCKED = -1
@@ -22,71 +23,31 @@ cdef inline int64_t ceil_div(int64_t a, int64_t b) noexcept nogil:
     return (a + b - 1) // b
 
 
-cdef class VllmRank:
+cdef class VllmRank(Rank):
     def __cinit__(self, ReqTable table, dict engine):
-        """``engine`` is the normalized ``engine`` section of the config."""
-        cdef dict tmodel = engine["timing_model"]
-        self.t = table
-        self.bs = engine["block_size"]
-        self.num_blocks = engine["num_gpu_blocks"]
-        self.max_num_seqs = engine["max_num_seqs"] or 0
         self.max_batched = engine["max_num_batched_tokens"] or 0
-        self.max_model_len = engine["max_model_len"] or 0
         self.chunked = engine["enable_chunked_prefill"]
         self.fifo_preempt = engine["preemption_mode"] == "fifo"
         self.trtllm = engine["backend"] == "trtllm"
         self.pool = BlockPool(self.num_blocks, engine["enable_prefix_caching"],
                               engine.get("emit_kv_events", False))
-        if tmodel["type"] == "fixed":
-            self.tm.kind = TIMING_FIXED
-            self.tm.fixed_prefill_ms = tmodel["prefill_ms"]
-            self.tm.fixed_decode_ms = tmodel["decode_ms"]
-        else:
-            self.tm.kind = TIMING_POLYNOMIAL
-        sr = engine["speedup_ratio"]
-        self.tm.prefill_ratio = sr
-        self.tm.decode_ratio = sr * engine["decode_speedup_ratio"]
-        self.tm.capacity_tokens = <double>(self.num_blocks * self.bs)
-        self.pass_id = 0
-        self.preemptions_total = 0
 
     @property
     def pool_view(self):
         return self.pool
 
-    @property
-    def num_running(self):
-        return self.running.size()
-
-    @property
-    def num_waiting(self):
-        return self.waiting.size()
-
-    @property
-    def num_preemptions(self):
-        return self.preemptions_total
-
     cdef void add_request(self, rid_t r) noexcept nogil:
         cdef int64_t cap
         if self.trtllm:
+            # guaranteed-no-evict: outputs are clamped to what the whole pool can hold
             cap = self.num_blocks * self.bs - self.t.prompt_len[r]
             if cap < 0:
                 cap = 0
             if self.t.max_out[r] > cap:
                 self.t.max_out[r] = cap
-        self.t.status[r] = ST_WAITING
-        self.waiting.push_back(r)
+        Rank.add_request(self, r)
 
     # -- helpers ----------------------------------------------------------------
-    cdef int64_t _remaining(self, rid_t r) noexcept nogil:
-        cdef int64_t rem = self.t.max_out[r] - self.t.generated[r]
-        cdef int64_t lim
-        if self.max_model_len > 0:
-            lim = self.max_model_len - (self.t.prompt_len[r] + self.t.generated[r])
-            if lim < rem:
-                rem = lim
-        return rem if rem > 0 else 0
-
     cdef void _unschedule(self, rid_t v) noexcept nogil:
         if self.t.sched_pass[v] != self.pass_id:
             return
@@ -192,6 +153,12 @@ cdef class VllmRank:
                 self.waiting.erase(self.waiting.begin() + i)
                 return
 
+    cdef void _finish(self, rid_t r, double end) noexcept nogil:
+        self.pool.release(&self.t.blocks[r])
+        self.t.status[r] = ST_COMPLETED
+        self.t.terminal_time[r] = end
+        self.out_completed.push_back(r)
+
     cdef void _reject(self, rid_t r) noexcept nogil:
         self.t.status[r] = ST_REJECTED
         self.out_rejected.push_back(r)
@@ -211,17 +178,11 @@ cdef class VllmRank:
         cdef size_t i
         cdef rid_t r
         cdef int64_t res, seq_len, overlap, active_overlap, cached, active_cached, needed, available, nfull
-        cdef double prefill_ms, decode_ms, end, active, itl
+        cdef double prefill_ms, decode_ms, end, active
         cdef int64_t n_decode, rem
         cdef bint effect = False
 
-        self.pass_id += 1
-        self.out.start = now
-        self.out.preemptions = 0
-        self.out.committed_prefill = 0
-        self.out_emitted.clear()
-        self.out_completed.clear()
-        self.out_rejected.clear()
+        self.begin_pass(now)
         self.sched.clear()
         self.budget = self.max_batched if self.max_batched > 0 else UNLIMITED
         self.b_n = 0
@@ -263,7 +224,7 @@ cdef class VllmRank:
             active_cached = active_overlap * bs
             if active_cached > seq_len:
                 active_cached = seq_len
-            if cached >= seq_len and not self.trtllm and self._remaining(r) > 0:
+            if cached >= seq_len and not self.trtllm and self.remaining(r) > 0:
                 # vLLM must compute at least the last token to sample from it; TRT-LLM and
                 # requests that sample nothing (zero output) take a full hit
                 cached = ((seq_len - 1) // bs) * bs
@@ -287,7 +248,7 @@ cdef class VllmRank:
         active = 0.0
         for r in self.running:
             seq_len = self.t.prompt_len[r] + self.t.generated[r]
-            if self.t.computed[r] != seq_len or self._remaining(r) == 0:
+            if self.t.computed[r] != seq_len or self.remaining(r) == 0:
                 continue
             if self.t.generated[r] == 0 and self.t.sched_pass[r] == self.pass_id and self.t.sched_prompt[r] > 0:
                 continue          # first token sampled from this pass's prefill
@@ -305,11 +266,8 @@ cdef class VllmRank:
         for i in range(self.running.size()):
             r = self.running[i]
             if (self.t.computed[r] == self.t.prompt_len[r] + self.t.generated[r]
-                    and self._remaining(r) == 0):
-                self.pool.release(&self.t.blocks[r])
-                self.t.status[r] = ST_COMPLETED
-                self.t.terminal_time[r] = end
-                self.out_completed.push_back(r)
+                    and self.remaining(r) == 0):
+                self._finish(r, end)
             else:
                 self.running[keep] = r
                 keep += 1
@@ -322,25 +280,12 @@ cdef class VllmRank:
                 self.running[keep] = r
                 keep += 1
                 continue
-            rem = self._remaining(r)
+            rem = self.remaining(r)
             if rem > 0:
-                self.t.generated[r] = self.t.generated[r] + 1
-                if self.t.out_tokens[r] == 0:
-                    self.t.first_token[r] = end
-                else:
-                    itl = end - self.t.last_token[r]
-                    self.t.itl_buf[r].push_back(itl if itl > 0.0 else 0.0)
-                    if self.t.out_tokens[r] == 1:
-                        self.t.second_token[r] = end
-                self.t.out_tokens[r] = self.t.out_tokens[r] + 1
-                self.t.last_token[r] = end
-                self.out_emitted.push_back(r)
+                self.emit_token(r, end)
                 rem -= 1
             if rem == 0:
-                self.pool.release(&self.t.blocks[r])
-                self.t.status[r] = ST_COMPLETED
-                self.t.terminal_time[r] = end
-                self.out_completed.push_back(r)
+                self._finish(r, end)
             else:
                 self.running[keep] = r
                 keep += 1
@@ -353,15 +298,3 @@ cdef class VllmRank:
         self.out.decode_n = n_decode
         self.out.effect = (effect or self.out_emitted.size() > 0 or self.out_completed.size() > 0
                            or self.out_rejected.size() > 0 or self.out.preemptions > 0)
-
-    # -- Python-level driving (benchmarks, tests, live mode) -------------------------
-    def submit(self, rid_t r):
-        """Queue request ``r`` (its prompt must be set in the table)."""
-        self.add_request(r)
-
-    def run_pass(self, double now):
-        """Run one pass at ``now``; returns (end_ms, tokens_emitted, completed, rejected)."""
-        with nogil:
-            self.step(now)
-        return (self.out.end, <int64_t>self.out_emitted.size(),
-                <int64_t>self.out_completed.size(), <int64_t>self.out_rejected.size())

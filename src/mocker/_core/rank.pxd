@@ -1,0 +1,41 @@
+# One scheduler rank: what the replay loop and live mode drive, whatever the backend.
+from libcpp.vector cimport vector
+from libcpp.deque cimport deque
+from mocker._core._types cimport int64_t, rid_t
+from mocker._core.timing cimport TimingModel
+from mocker._core.table cimport ReqTable
+
+cdef struct PassOut:
+    double start              # pass start (ms)
+    double end                # pass end (ms): timestamp of every token of the pass
+    int64_t prefill_n         # requests contributing prompt tokens
+    int64_t decode_n          # requests in the decode batch
+    int64_t committed_prefill # tokens of work items that carried prompt tokens
+    int64_t preemptions       # preemptions / retractions during this pass
+    bint effect               # the pass changed anything
+
+
+cdef class Rank:
+    cdef ReqTable t
+    cdef TimingModel tm
+    cdef int64_t bs                 # block (page) size
+    cdef int64_t num_blocks         # num_gpu_blocks
+    cdef int64_t max_num_seqs       # <= 0: unlimited
+    cdef int64_t max_model_len      # <= 0: none
+    cdef deque[rid_t] waiting
+    cdef vector[rid_t] running
+    cdef int64_t pass_id
+    cdef int64_t preemptions_total
+    # outputs of the last pass
+    cdef PassOut out
+    cdef vector[rid_t] out_emitted     # requests that emitted a token at out.end
+    cdef vector[rid_t] out_completed   # completed at out.end
+    cdef vector[rid_t] out_rejected    # rejected at out.end
+
+    cdef void add_request(self, rid_t r) noexcept nogil
+    cdef void step(self, double now) noexcept nogil
+    cdef int64_t remaining(self, rid_t r) noexcept nogil
+    cdef void begin_pass(self, double now) noexcept nogil
+    cdef void emit_token(self, rid_t r, double end) noexcept nogil
+    cdef inline bint has_work(self) noexcept nogil:
+        return self.waiting.size() > 0 or self.running.size() > 0

@@ -1,0 +1,97 @@
+# cython: language_level=3
+"""Backend-independent part of a scheduler rank: queues, timing model, pass outputs."""
+from mocker._core._types cimport int64_t, rid_t
+from mocker._core.timing cimport TIMING_FIXED, TIMING_POLYNOMIAL
+from mocker._core.table cimport ReqTable, ST_WAITING
+
+
+cdef class Rank:
+    def __cinit__(self, ReqTable table, dict engine, *args, **kwargs):
+        cdef dict tmodel = engine["timing_model"]
+        self.t = table
+        self.bs = engine["block_size"]
+        self.num_blocks = engine["num_gpu_blocks"]
+        self.max_num_seqs = engine["max_num_seqs"] or 0
+        self.max_model_len = engine["max_model_len"] or 0
+        if tmodel["type"] == "fixed":
+            self.tm.kind = TIMING_FIXED
+            self.tm.fixed_prefill_ms = tmodel["prefill_ms"]
+            self.tm.fixed_decode_ms = tmodel["decode_ms"]
+        else:
+            self.tm.kind = TIMING_POLYNOMIAL
+        sr = engine["speedup_ratio"]
+        self.tm.prefill_ratio = sr
+        self.tm.decode_ratio = sr * engine["decode_speedup_ratio"]
+        self.tm.capacity_tokens = <double>(self.num_blocks * self.bs)
+        self.pass_id = 0
+        self.preemptions_total = 0
+
+    cdef void add_request(self, rid_t r) noexcept nogil:
+        self.t.status[r] = ST_WAITING
+        self.waiting.push_back(r)
+
+    cdef void step(self, double now) noexcept nogil:
+        self.begin_pass(now)
+        self.out.end = now
+
+    cdef int64_t remaining(self, rid_t r) noexcept nogil:
+        """Tokens still to generate: the output cap, and room left under max_model_len."""
+        cdef int64_t rem = self.t.max_out[r] - self.t.generated[r]
+        cdef int64_t lim
+        if self.max_model_len > 0:
+            lim = self.max_model_len - (self.t.prompt_len[r] + self.t.generated[r])
+            if lim < rem:
+                rem = lim
+        return rem if rem > 0 else 0
+
+    cdef void begin_pass(self, double now) noexcept nogil:
+        self.pass_id += 1
+        self.out.start = now
+        self.out.end = now
+        self.out.prefill_n = 0
+        self.out.decode_n = 0
+        self.out.preemptions = 0
+        self.out.committed_prefill = 0
+        self.out.effect = False
+        self.out_emitted.clear()
+        self.out_completed.clear()
+        self.out_rejected.clear()
+
+    cdef void emit_token(self, rid_t r, double end) noexcept nogil:
+        """Append one generated token stamped ``end`` and record its latency sample."""
+        cdef double itl
+        self.t.generated[r] = self.t.generated[r] + 1
+        if self.t.out_tokens[r] == 0:
+            self.t.first_token[r] = end
+        else:
+            itl = end - self.t.last_token[r]
+            self.t.itl_buf[r].push_back(itl if itl > 0.0 else 0.0)
+            if self.t.out_tokens[r] == 1:
+                self.t.second_token[r] = end
+        self.t.out_tokens[r] = self.t.out_tokens[r] + 1
+        self.t.last_token[r] = end
+        self.out_emitted.push_back(r)
+
+    # -- Python-level driving (benchmarks, tests, live mode) -------------------------
+    @property
+    def num_running(self):
+        return self.running.size()
+
+    @property
+    def num_waiting(self):
+        return self.waiting.size()
+
+    @property
+    def num_preemptions(self):
+        return self.preemptions_total
+
+    def submit(self, rid_t r):
+        """Queue request ``r`` (its prompt must be set in the table)."""
+        self.add_request(r)
+
+    def run_pass(self, double now):
+        """Run one pass at ``now``; returns (end_ms, tokens_emitted, completed, rejected)."""
+        with nogil:
+            self.step(now)
+        return (self.out.end, <int64_t>self.out_emitted.size(),
+                <int64_t>self.out_completed.size(), <int64_t>self.out_rejected.size())
