@@ -682,6 +682,30 @@ def reproducer_text(sc):
     return "\n".join(lines)
 
 
+def _check_repro(args, core, worker) -> int:
+    """Re-run a saved reproducer; shrink it further unless --no-shrink."""
+    with open(args.repro) as fh:
+        saved = json.load(fh)
+    sc = saved.get("fuzz", {}).get("original") or {k: saved[k] for k in ("kind", "trace_lines", "args", "kwargs")
+                                                   if k in saved}
+    sc.setdefault("backend", saved.get("fuzz", {}).get("backend", args.backend))
+    with tempfile.TemporaryDirectory(prefix="diff_fuzz_") as tmpdir:
+        runner = Runner(core, worker, tmpdir, quiet=not args.verbose, ref_timeout_s=args.ref_timeout_s)
+        try:
+            diff, _, _ = runner.compare(sc)
+            print(f"reproducer {args.repro}: {'OK (no mismatch)' if diff is None else diff}")
+            if diff is None:
+                return 0
+            if not args.no_shrink:
+                sc = shrink(runner, sc, time.monotonic() + args.shrink_time_s, print)
+                diff, _, _ = runner.compare(sc)
+                print(f"shrunk: {diff}")
+            print(reproducer_text(sc))
+            return 1
+        finally:
+            worker.stop()
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description="differential fuzzer: mocker vs ai-dynamo-runtime 1.6.1")
     ap.add_argument("--seed", type=int, default=None, help="master seed (default: time-based)")
@@ -700,6 +724,8 @@ def main(argv=None):
     ap.add_argument("--skip-ref-errors", action="store_true",
                     help="do not compare scenarios where the reference raises")
     ap.add_argument("--verbose", action="store_true", help="show reference log output and every case")
+    ap.add_argument("--repro", default=None, metavar="PATH",
+                    help="re-check (and shrink) a saved reproducer instead of drawing new cases")
     args = ap.parse_args(argv)
 
     try:
@@ -716,6 +742,8 @@ def main(argv=None):
     except RuntimeError as e:
         print(str(e), file=sys.stderr)
         return 2
+    if args.repro:
+        return _check_repro(args, core, worker)
     t0 = time.monotonic()
     found = 0
     ref_errors = 0

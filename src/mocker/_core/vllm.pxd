@@ -22,5 +22,6 @@ cdef class VllmRank(Rank):
     cdef int64_t _schedule(self, rid_t r, bint from_waiting, int64_t cached) noexcept nogil
     cdef void _remove_waiting(self, rid_t r) noexcept nogil
     cdef void _reject(self, rid_t r) noexcept nogil
+    cdef int64_t _final_len(self, rid_t r) noexcept nogil
     cdef int64_t _trt_reserved(self) noexcept nogil
     cdef void _finish(self, rid_t r, double end) noexcept nogil

@@ -163,11 +163,15 @@ cdef class VllmRank(Rank):
         self.t.status[r] = ST_REJECTED
         self.out_rejected.push_back(r)
 
+    cdef int64_t _final_len(self, rid_t r) noexcept nogil:
+        """Sequence length at completion (output cap and max_model_len applied)."""
+        return self.t.prompt_len[r] + self.t.generated[r] + self.remaining(r)
+
     cdef int64_t _trt_reserved(self) noexcept nogil:
         cdef int64_t total = 0, need
         cdef rid_t r
         for r in self.running:
-            need = ceil_div(self.t.prompt_len[r] + self.t.max_out[r], self.bs) - <int64_t>self.t.blocks[r].size()
+            need = ceil_div(self._final_len(r), self.bs) - <int64_t>self.t.blocks[r].size()
             if need > 0:
                 total += need
         return total
@@ -214,6 +218,12 @@ cdef class VllmRank(Rank):
                 self.waiting.pop_front()
                 self._reject(r)
                 continue
+            if (self.trtllm and self.t.req_out[r] > 0
+                    and self.t.prompt_len[r] >= self.num_blocks * bs):
+                # no room for a single output token in the whole pool
+                self.waiting.pop_front()
+                self._reject(r)
+                continue
             nfull = seq_len // bs
             if nfull > <int64_t>self.t.hashes[r].size():
                 nfull = <int64_t>self.t.hashes[r].size()
@@ -229,7 +239,7 @@ cdef class VllmRank(Rank):
                 # requests that sample nothing (zero output) take a full hit
                 cached = ((seq_len - 1) // bs) * bs
             if self.trtllm:
-                needed = ceil_div(self.t.prompt_len[r] + self.t.max_out[r], bs) - (active_cached if active_cached < cached else cached) // bs
+                needed = ceil_div(self._final_len(r), bs) - (active_cached if active_cached < cached else cached) // bs
                 available = self.num_blocks - self.pool.num_active() - self._trt_reserved()
             else:
                 needed = ceil_div(seq_len, bs) - (active_cached if active_cached < cached else cached) // bs
