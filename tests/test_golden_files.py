@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
-NON_SCENARIO_FILES = {"config_normalize.json", "errors.json"}
+NON_SCENARIO_FILES = {"config_normalize.json", "errors.json", "errors_sglang.json"}
 MIN_SCENARIOS = 40
 
 

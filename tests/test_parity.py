@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
-NON_SCENARIO_FILES = {"config_normalize.json", "errors.json"}
+NON_SCENARIO_FILES = {"config_normalize.json", "errors.json", "errors_sglang.json"}
 
 REL_TOL = 1e-9
 ABS_TOL = 1e-9

@@ -20,7 +20,8 @@ For every scenario it writes ``tests/golden/<name>.json``::
                                           # in canonical order (see canonical_key)
 
 It also writes ``tests/golden/config_normalize.json`` (``_normalize_mocker_config``
-outputs) and ``tests/golden/errors.json`` (exact error strings).
+outputs), ``tests/golden/errors.json`` and ``tests/golden/errors_sglang.json`` (exact error
+strings; a case whose run succeeds has ``error_type``/``message`` null).
 
 Every scenario is run twice and the two results are compared (minus wall-clock
 fields) so only deterministic scenarios become goldens.
@@ -363,7 +364,216 @@ def scenarios():
           "zero and one output tokens"),
         T("field_aliases", alias_trace(), "created_time/input_tokens/output_tokens/omitted input_length"),
     ]
+    sc += sglang_scenarios()
     return sc
+
+
+# --------------------------------------------------------------------------------------------
+# SGLang scenarios (backend "sglang"; names prefixed sglang_)
+# --------------------------------------------------------------------------------------------
+def sg(sglang=None, **engine):
+    """Engine args JSON for the SGLang backend (``sglang`` = the nested sglang.* options)."""
+    engine = {"backend": "sglang", **engine}
+    if sglang:
+        engine["sglang"] = sglang
+    return json.dumps({"engine": engine})
+
+
+FIXED_10_1 = {"type": "fixed", "prefill_ms": 10.0, "decode_ms": 1.0}
+
+
+def sg_retract_trace(n=6, isl=300, osl=600, gap=0, seed=3):
+    """Several concurrent long decodes with short prompts (all unique) -> retractions."""
+    rng = random.Random(seed)
+    return [line(i * gap, isl + rng.randint(-40, 40), osl + rng.randint(-60, 60),
+                 [5000 + 10 * i + j for j in range(4)]) for i in range(n)]
+
+
+def sg_lpm_trace():
+    """For trace_block_size 16: a warm request caches [1..20]; then a burst of requests that
+    (a) match the cached prefix at different depths, (b) share only their first 2 ids (= 32 tokens)
+    with each other (in-batch duplicates), (c) are unique."""
+    rows = [line(0, 320, 3, list(range(1, 21)))]
+    uniq = 1000
+    kinds = ["dup", "cached4", "dup", "uniq", "dup", "cached12", "dup2", "cached1", "dup2", "uniq",
+             "dup", "cached20", "dup2", "uniq", "short"]
+    for k, kind in enumerate(kinds):
+        nb = 6 + (k * 5) % 9
+        if kind == "dup":
+            ids = [900, 901]
+        elif kind == "dup2":
+            ids = [910, 911]
+        elif kind.startswith("cached"):
+            ids = list(range(1, 1 + int(kind[6:])))
+        elif kind == "short":
+            ids, nb = [900], 1            # shorter than 32 tokens: never deprioritized
+        else:
+            ids = []
+        while len(ids) < nb:
+            ids.append(uniq)
+            uniq += 1
+        isl = 16 * len(ids) - (k % 5)
+        rows.append(line(1, isl, 4 + k % 7, ids))
+    return rows
+
+
+def sg_pool_trace():
+    """Moderate pressure with short/medium prompts and medium decodes (for tiny pages)."""
+    rng = random.Random(21)
+    out, ts = [], 0
+    for i in range(14):
+        L = rng.randint(40, 400)
+        out.append(line(ts, L, rng.randint(20, 160), [700 + 3 * i + j for j in range(-(-L // 128))]))
+        ts += rng.choice([0, 0, 3, 10, 25])
+    return out
+
+
+def sglang_scenarios():
+    tiny = tiny_trace()
+    mix = mixed_trace(11)
+    lpm = {"schedule_policy": "lpm"}
+    return [
+        # ---- spec §9 R6 rows on our tiny trace
+        T("sglang_r6_tiny_bs64", tiny, "R6: SGLang, tiny, bs 64", extra_engine_args=sg(block_size=64)),
+        T("sglang_r6b_tiny_bs16_lpm", tiny, "R6b: SGLang, tiny, bs 16, 65536 blocks, lpm",
+          extra_engine_args=sg(block_size=16, num_gpu_blocks=65536, sglang=lpm)),
+        T("sglang_r6c_tiny_retract", tiny, "R6c: SGLang, tiny, bs 64, small pool (retractions)",
+          extra_engine_args=sg(block_size=64, num_gpu_blocks=210)),
+        T("sglang_r6c_tiny_retract_clip16", tiny, "tiny, bs 64, 300 pages, clip_max_new_tokens 16 (retractions)",
+          extra_engine_args=sg(block_size=64, num_gpu_blocks=300, sglang={"clip_max_new_tokens": 16})),
+        # ---- defaults (block_size 1)
+        T("sglang_default_r1", r1(), "SGLang defaults, 1 request", extra_engine_args=sg()),
+        T("sglang_default_r2", r2(), "SGLang defaults, 20x1000/50 burst (20000 tokens > 16384 pool)",
+          extra_engine_args=sg()),
+        T("sglang_default_r3", r3(), "SGLang defaults, shared prefix every 200 ms", extra_engine_args=sg()),
+        T("sglang_default_mix", mix, "SGLang defaults, mixed trace", extra_engine_args=sg()),
+        T("sglang_default_r5", r5(), "SGLang defaults, 20000-token prompt + 3000 (20000 > pool 16384?)",
+          extra_engine_args=sg(num_gpu_blocks=32768)),
+        # ---- tiny pages under pressure
+        T("sglang_bs1_pressure", sg_pool_trace(), "bs 1, 1200-token pool, fixed timing",
+          extra_engine_args=sg(block_size=1, num_gpu_blocks=1200, timing_model=FIXED_10_1)),
+        T("sglang_bs2_pressure", sg_pool_trace(), "bs 2, 600 pages",
+          extra_engine_args=sg(block_size=2, num_gpu_blocks=600)),
+        T("sglang_bs4_pressure", sg_pool_trace(), "bs 4, 300 pages, fixed timing",
+          extra_engine_args=sg(block_size=4, num_gpu_blocks=300, timing_model=FIXED_10_1)),
+        T("sglang_bs4_pressure_poly", sg_pool_trace(), "bs 4, 260 pages, polynomial",
+          extra_engine_args=sg(block_size=4, num_gpu_blocks=260)),
+        # ---- heavy retraction
+        T("sglang_retract_heavy_fixed", sg_retract_trace(), "6 x ~300/~600, 400 pages of 4, clip 8, fixed timing",
+          extra_engine_args=sg(block_size=4, num_gpu_blocks=400, timing_model=FIXED_10_1,
+                               sglang={"clip_max_new_tokens": 8})),
+        T("sglang_retract_clip64_fixed", sg_retract_trace(), "6 x ~300/~600, 500 pages of 4, clip 64, fixed timing",
+          extra_engine_args=sg(block_size=4, num_gpu_blocks=500, timing_model=FIXED_10_1,
+                               sglang={"clip_max_new_tokens": 64})),
+        T("sglang_retract_default_fixed", sg_retract_trace(), "6 x ~300/~600, 500 pages of 4, fixed timing",
+          extra_engine_args=sg(block_size=4, num_gpu_blocks=500, timing_model=FIXED_10_1)),
+        T("sglang_retract_heavy_poly", sg_retract_trace(8, gap=7), "8 x ~300/~600 staggered, bs 1, 2500 tokens",
+          extra_engine_args=sg(block_size=1, num_gpu_blocks=2500)),
+        T("sglang_retract_heavy_bs16", sg_retract_trace(7, isl=500, osl=500, seed=4), "7 x ~500/~500, 160 pages of 16",
+          extra_engine_args=sg(block_size=16, num_gpu_blocks=160)),
+        # ---- schedule policy
+        T("sglang_lpm_dups_bs1", sg_lpm_trace(), "lpm, in-batch duplicate rule, bs 1, seqs 3, fixed",
+          trace_block_size=16, extra_engine_args=sg(block_size=1, max_num_seqs=3, timing_model=FIXED_10_1,
+                                                    sglang=lpm)),
+        T("sglang_lpm_dups_bs16", sg_lpm_trace(), "lpm, in-batch duplicate rule, bs 16, prefill 600",
+          trace_block_size=16, extra_engine_args=sg(block_size=16, timing_model=FIXED_10_1,
+                                                    sglang={"schedule_policy": "lpm", "max_prefill_tokens": 600})),
+        T("sglang_lpm_dups_bs64", sg_lpm_trace(), "lpm, duplicate rule with 64-token key, bs 64, seqs 2",
+          trace_block_size=16, extra_engine_args=sg(block_size=64, max_num_seqs=2, sglang=lpm)),
+        T("sglang_fifo_dups_bs1", sg_lpm_trace(), "same as sglang_lpm_dups_bs1 with fifo",
+          trace_block_size=16, extra_engine_args=sg(block_size=1, max_num_seqs=3, timing_model=FIXED_10_1)),
+        S("sglang_lpm_over128", (256, 3, 150), "lpm with 150 waiting (falls back to fifo), prefix groups",
+          arrival_interval_ms=0.0, shared_prefix_ratio=0.5, num_prefix_groups=5,
+          extra_engine_args=sg(block_size=16, timing_model=FIXED_10_1,
+                               sglang={"schedule_policy": "lpm", "max_prefill_tokens": 1024})),
+        S("sglang_lpm_under128", (256, 3, 100), "lpm with 100 waiting, prefix groups",
+          arrival_interval_ms=0.0, shared_prefix_ratio=0.5, num_prefix_groups=5,
+          extra_engine_args=sg(block_size=16, timing_model=FIXED_10_1,
+                               sglang={"schedule_policy": "lpm", "max_prefill_tokens": 1024})),
+        T("sglang_lpm_mix", mix, "lpm on the mixed trace, bs 16", extra_engine_args=sg(block_size=16, sglang=lpm)),
+        # (schedule_policy "fcfs" / unknown strings are config errors in 1.6.1: errors_sglang.json)
+        T("sglang_explicit_fifo", mix, "schedule_policy fifo given explicitly, bs 16",
+          extra_engine_args=sg(block_size=16, sglang={"schedule_policy": "fifo"})),
+        # ---- knobs
+        T("sglang_pdi1", mix, "prefill_decode_interval 1",
+          extra_engine_args=sg(block_size=16, prefill_decode_interval=1)),
+        T("sglang_pdi3_fixed", mix, "prefill_decode_interval 3, fixed timing",
+          extra_engine_args=sg(prefill_decode_interval=3, timing_model=FIXED_10_1)),
+        # (a chunk larger than max_prefill_tokens is never admitted -> invariant error; so
+        #  chunked_prefill_size <= max_prefill_tokens here)
+        T("sglang_max_prefill_512", mix, "max_prefill_tokens 512 + chunked_prefill_size 512, bs 16",
+          extra_engine_args=sg(block_size=16, sglang={"max_prefill_tokens": 512, "chunked_prefill_size": 512})),
+        T("sglang_max_prefill_2000", tiny, "max_prefill_tokens 2000 + chunked_prefill_size 1024, bs 64",
+          extra_engine_args=sg(block_size=64, sglang={"max_prefill_tokens": 2000, "chunked_prefill_size": 1024})),
+        T("sglang_max_prefill_300_short", sg_pool_trace(), "max_prefill_tokens 400, chunk 400, bs 4, fixed",
+          extra_engine_args=sg(block_size=4, timing_model=FIXED_10_1,
+                               sglang={"max_prefill_tokens": 400, "chunked_prefill_size": 400})),
+        T("sglang_chunk_256_bs16", mix, "chunked_prefill_size 256, bs 16",
+          extra_engine_args=sg(block_size=16, sglang={"chunked_prefill_size": 256})),
+        T("sglang_chunk_1000_bs1_r5", r5(), "chunked_prefill_size 1000, bs 1, 20000-token prompt",
+          extra_engine_args=sg(num_gpu_blocks=32768, sglang={"chunked_prefill_size": 1000})),
+        T("sglang_chunk_512_bs64_tiny", tiny, "chunked_prefill_size 512, bs 64",
+          extra_engine_args=sg(block_size=64, sglang={"chunked_prefill_size": 512})),
+        T("sglang_clip_32_pressure", sg_pool_trace(), "clip_max_new_tokens 32, bs 4, 300 pages",
+          extra_engine_args=sg(block_size=4, num_gpu_blocks=300, sglang={"clip_max_new_tokens": 32})),
+        T("sglang_conserv_0_3", sg_retract_trace(8, gap=7), "schedule_conservativeness 0.3 under pressure",
+          extra_engine_args=sg(block_size=1, num_gpu_blocks=2500, sglang={"schedule_conservativeness": 0.3})),
+        T("sglang_conserv_2_0", sg_retract_trace(8, gap=7), "schedule_conservativeness 2.0 under pressure",
+          extra_engine_args=sg(block_size=1, num_gpu_blocks=2500, sglang={"schedule_conservativeness": 2.0})),
+        T("sglang_max_num_seqs_3", mix, "max_num_seqs 3, bs 16", extra_engine_args=sg(block_size=16, max_num_seqs=3)),
+        T("sglang_prefix_off", r3() + mix[:8], "prefix caching off",
+          extra_engine_args=sg(enable_prefix_caching=False)),
+        T("sglang_prefix_off_lpm", sg_lpm_trace(), "prefix caching off + lpm (lpm inactive)",
+          trace_block_size=16, extra_engine_args=sg(block_size=16, max_num_seqs=3, enable_prefix_caching=False,
+                                                    sglang=lpm)),
+        T("sglang_max_model_len", r11(), "max_model_len 2048 (rejection, capping, zero output)",
+          extra_engine_args=sg(max_model_len=2048)),
+        T("sglang_max_model_len_pressure", pressure_trace(10, isl=900, osl=500), "max_model_len 1100 + small pool",
+          extra_engine_args=sg(max_model_len=1100, num_gpu_blocks=80, block_size=32)),
+        T("sglang_output_0_and_1", [line(0, 100, 0, [1]), line(0, 100, 1, [2]), line(3, 100, 2, [3]),
+                                    line(3, 900, 0, [1, 2]), line(50, 2000, 1, [1, 2, 3, 4])],
+          "zero and one output tokens", extra_engine_args=sg()),
+        # ---- timing
+        T("sglang_fixed_timing_mix", mix, "fixed timing 10/1, bs 16",
+          extra_engine_args=sg(block_size=16, timing_model=FIXED_10_1)),
+        T("sglang_fixed_pressure", pressure_trace(), "fixed timing, 120 pages of 32",
+          extra_engine_args=sg(num_gpu_blocks=120, block_size=32,
+                               timing_model={"type": "fixed", "prefill_ms": 7.5, "decode_ms": 1.25})),
+        T("sglang_speedup_2_5", mix, "speedup_ratio 2.5", extra_engine_args=sg(block_size=16, speedup_ratio=2.5)),
+        T("sglang_decode_speedup_1_7", mix, "decode_speedup_ratio 1.7",
+          extra_engine_args=sg(decode_speedup_ratio=1.7)),
+        T("sglang_arrival_speedup_2", tiny, "arrival_speedup_ratio 2, bs 64", arrival_speedup_ratio=2.0,
+          extra_engine_args=sg(block_size=64)),
+        # ---- sessions / concurrency / workers / run control
+        T("sglang_sessions_mooncake", session_trace("delay"), "sessions, mooncake", extra_engine_args=sg()),
+        T("sglang_sessions_delta_bs16", session_trace("delay_ms"), "sessions, mooncake-delta, bs 16",
+          trace_format="mooncake-delta", extra_engine_args=sg(block_size=16)),
+        T("sglang_concurrency3_mix", mix, "replay_concurrency 3", replay_concurrency=3, extra_engine_args=sg()),
+        T("sglang_rr2_tiny", tiny, "2 workers round robin, bs 64", num_workers=2,
+          extra_engine_args=sg(block_size=64)),
+        T("sglang_rr3_pressure", sg_retract_trace(9, gap=3), "3 workers, small pools",
+          num_workers=3, extra_engine_args=sg(block_size=4, num_gpu_blocks=400)),
+        T("sglang_max_sim_time", tiny, "max_sim_time_ms 4000, bs 64", max_sim_time_ms=4000.0,
+          extra_engine_args=sg(block_size=64)),
+        T("sglang_sla_tiny", tiny, "SLA ttft<=1000 itl<=12, bs 64", sla_ttft_ms=1000.0, sla_itl_ms=12.0,
+          extra_engine_args=sg(block_size=64)),
+        T("sglang_sla_e2e_mix", mix, "SLA e2e<=800", sla_e2e_ms=800.0, extra_engine_args=sg()),
+        # ---- synthetic
+        S("sglang_synth_rate", (1000, 100, 200), "synthetic rate 20", request_rate=20.0, extra_engine_args=sg()),
+        S("sglang_synth_conc", (1000, 100, 200), "synthetic concurrency 16", replay_concurrency=16,
+          extra_engine_args=sg()),
+        S("sglang_synth_prefix_groups", (2048, 64, 120), "rate 10, prefix 0.75, 4 groups, bs 16",
+          request_rate=10.0, shared_prefix_ratio=0.75, num_prefix_groups=4, extra_engine_args=sg(block_size=16)),
+        S("sglang_synth_turns3", (800, 30, 12), "3 turns, inter-turn delay 40",
+          request_rate=15.0, turns_per_session=3, inter_turn_delay_ms=40.0, extra_engine_args=sg()),
+        S("sglang_synth_pressure", (1000, 300, 30), "burst into a small pool",
+          arrival_interval_ms=0.0, extra_engine_args=sg(block_size=8, num_gpu_blocks=600)),
+        # ---- prompts larger than the pool
+        T("sglang_prompt_over_pool_mml", [line(0, 300, 20, [1]), line(0, 2000, 10, [2, 3, 4, 5]),
+                                          line(5, 200, 20, [6])],
+          "prompt > pool but max_model_len rejects it first", extra_engine_args=sg(block_size=16, num_gpu_blocks=100,
+                                                                                   max_model_len=1500)),
+    ]
 
 
 # --------------------------------------------------------------------------------------------
@@ -555,10 +765,51 @@ def error_cases():
     }
 
 
-def make_errors(tmpdir):
+def sglang_error_cases():
+    """SGLang config errors and runs the reference aborts (same format as error_cases)."""
+    t = lambda lines, **kw: {"kind": "trace", "trace_lines": lines, "kwargs": kw}  # noqa: E731
+    s = lambda args, **kw: {"kind": "synthetic", "args": list(args), "kwargs": kw}  # noqa: E731
+    return {
+        "chunk_not_divisible": t([GOOD], extra_engine_args=sg(block_size=64, sglang={"chunked_prefill_size": 100})),
+        "default_chunk_bs48": t([GOOD], extra_engine_args=sg(block_size=48)),
+        "chunked_prefill_off": t([GOOD], extra_engine_args=sg(enable_chunked_prefill=False)),
+        "schedule_policy_fcfs": t([GOOD], extra_engine_args=sg(sglang={"schedule_policy": "fcfs"})),
+        "schedule_policy_unknown": t([GOOD], extra_engine_args=sg(sglang={"schedule_policy": "random"})),
+        "schedule_policy_upper": t([GOOD], extra_engine_args=sg(sglang={"schedule_policy": "FIFO"})),
+        "max_prefill_tokens_0": t([GOOD], extra_engine_args=sg(sglang={"max_prefill_tokens": 0})),
+        "chunked_prefill_size_0": t([GOOD], extra_engine_args=sg(sglang={"chunked_prefill_size": 0})),
+        "conservativeness_neg": t([GOOD], extra_engine_args=sg(sglang={"schedule_conservativeness": -1.0})),
+        "prefill_decode_interval_neg": t([GOOD], extra_engine_args=sg(prefill_decode_interval=-1)),
+        "sglang_unknown_field": t([GOOD], extra_engine_args=sg(sglang={"foo": 1})),
+        # a chunk bigger than max_prefill_tokens can never be scheduled
+        "max_prefill_below_prompt": t([line(0, 600, 5, [1, 2])], extra_engine_args=sg(sglang={"max_prefill_tokens": 512})),
+        "max_prefill_below_prompt_mix": t(mixed_trace(11), extra_engine_args=sg(block_size=16,
+                                                                               sglang={"max_prefill_tokens": 512})),
+        # admission needs page_round(prompt) + min(output, clip) < pool tokens (strict)
+        "prompt_over_pool": t([line(0, 2000, 10, [2, 3, 4, 5])], extra_engine_args=sg(block_size=16, num_gpu_blocks=100)),
+        "prompt_over_pool_with_others": t([line(0, 300, 20, [1]), line(0, 2000, 10, [2, 3, 4, 5]),
+                                           line(5, 200, 20, [6])],
+                                          extra_engine_args=sg(block_size=16, num_gpu_blocks=100)),
+        "prompt_equals_pool_output_0": t([line(0, 1600, 0, [2, 3, 4, 5])],
+                                         extra_engine_args=sg(block_size=16, num_gpu_blocks=100)),
+        "prompt_1584_output_16": t([line(0, 1584, 16, [2, 3, 4, 5])],
+                                   extra_engine_args=sg(block_size=16, num_gpu_blocks=100)),
+        "prompt_1570_output_29": t([line(0, 1570, 29, [2, 3, 4, 5])],
+                                   extra_engine_args=sg(block_size=16, num_gpu_blocks=100)),
+        "prompt_1584_output_15_ok": t([line(0, 1584, 15, [2, 3, 4, 5])],
+                                      extra_engine_args=sg(block_size=16, num_gpu_blocks=100)),
+        "prompt_1584_output_16_clip4_ok": t([line(0, 1584, 16, [2, 3, 4, 5])],
+                                            extra_engine_args=sg(block_size=16, num_gpu_blocks=100,
+                                                                 sglang={"clip_max_new_tokens": 4})),
+        "synthetic_prompt_over_pool": s((2000, 5, 3), arrival_interval_ms=0.0,
+                                        extra_engine_args=sg(block_size=16, num_gpu_blocks=100)),
+    }
+
+
+def make_errors(tmpdir, cases=None):
     core = _ref()
     out = {}
-    for name, case in error_cases().items():
+    for name, case in (cases if cases is not None else error_cases()).items():
         path = None
         try:
             if case["kind"] == "trace":
@@ -575,6 +826,8 @@ def make_errors(tmpdir):
             if path is not None:
                 os.unlink(path)
         out[name] = {"input": case, "error_type": err_type, "message": msg}
+    if cases is not None:
+        return out
     # file-level error
     missing = os.path.join(tmpdir, "does_not_exist.jsonl")
     try:
@@ -613,7 +866,7 @@ def main(argv=None):
             print(f"{s['name']:36s} {s['kind']:9s} {s.get('description', '')}")
         return 0
     if args.only:
-        unknown = set(args.only) - set(names) - {"config_normalize", "errors"}
+        unknown = set(args.only) - set(names) - {"config_normalize", "errors", "errors_sglang"}
         if unknown:
             ap.error(f"unknown scenarios: {sorted(unknown)}")
     out_dir = Path(args.out)
@@ -635,6 +888,9 @@ def main(argv=None):
         if not args.no_extras and (not args.only or "errors" in args.only):
             dump(make_errors(tmpdir), out_dir / "errors.json")
             print("errors.json written")
+        if not args.no_extras and (not args.only or "errors_sglang" in args.only):
+            dump(make_errors(tmpdir, sglang_error_cases()), out_dir / "errors_sglang.json")
+            print("errors_sglang.json written")
     return 0
 
 

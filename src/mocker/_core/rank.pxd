@@ -26,6 +26,7 @@ cdef class Rank:
     cdef vector[rid_t] running
     cdef int64_t pass_id
     cdef int64_t preemptions_total
+    cdef bint stall_is_fatal        # an effect-free pass aborts the run at once (SGLang)
     # outputs of the last pass
     cdef PassOut out
     cdef vector[rid_t] out_emitted     # requests that emitted a token at out.end

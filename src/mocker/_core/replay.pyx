@@ -220,8 +220,15 @@ cdef class ReplayCore:
                     tn = self.busy_until[w]
             if tn == INFINITY or tn > self.max_sim:
                 if tn == INFINITY and self.arrived > self.terminal:
-                    # nothing left to happen, yet requests are stuck: the run cannot finish
-                    self.stalled_inflight = self.arrived - self.terminal
+                    # nothing left to happen, yet requests are stuck: the run cannot finish;
+                    # report the requests held by the first stuck worker
+                    for w in range(self.n_workers):
+                        if self.stalled[w]:
+                            self.stalled_inflight = <int64_t>((<Rank>self.ranks[w]).waiting.size()
+                                                              + (<Rank>self.ranks[w]).running.size())
+                            break
+                    if self.stalled_inflight == 0:
+                        self.stalled_inflight = self.arrived - self.terminal
                 return True
             now = tn
             self.now = now
@@ -249,6 +256,10 @@ cdef class ReplayCore:
                 self.passes += 1
                 budget -= 1
                 if not (<Rank>self.ranks[w]).out.effect and (<Rank>self.ranks[w]).out.end == now:
+                    if (<Rank>self.ranks[w]).stall_is_fatal:
+                        self.stalled_inflight = <int64_t>((<Rank>self.ranks[w]).waiting.size()
+                                                          + (<Rank>self.ranks[w]).running.size())
+                        return True
                     self.stalled[w] = 1
                     continue
                 self.busy[w] = 1

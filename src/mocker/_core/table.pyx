@@ -200,13 +200,24 @@ cdef class ReqTable:
         cdef TokRun tr
         tr.kind = RUN_CONST
         tr.start = 0
+        tr.n = 0
         for tok in token_ids:
-            if runs.size() > 0 and runs.back().v == <uint64_t>tok:
-                runs.back().n += 1
+            if tr.n > 0 and tr.v == <uint64_t>tok:
+                tr.n += 1
             else:
+                if tr.n > 0:
+                    runs.push_back(tr)
                 tr.v = <uint64_t>tok
                 tr.n = 1
-                runs.push_back(tr)
+        if tr.n > 0:
+            runs.push_back(tr)
         self.set_prompt_runs(r, runs.data(), <int64_t>runs.size())
         self.req_out[r] = max_output_tokens
         self.max_out[r] = max_output_tokens
+
+    def request_state(self, rid_t r):
+        """Scheduling state of one request (debugging, tests)."""
+        return {"status": self.status[r], "prompt_len": self.prompt_len[r],
+                "generated": self.generated[r], "computed": self.computed[r],
+                "allocated": self.allocated[r], "blocks": <int64_t>self.blocks[r].size(),
+                "max_out": self.max_out[r]}

@@ -12,6 +12,7 @@ import numpy as np
 
 from mocker._core.replay import ReplayCore, ReplayInvariantError
 from mocker._core.table import ReqTable
+from mocker._core.sglang import SglangRank
 from mocker._core.vllm import VllmRank
 from mocker.config import ConfigError, load_config
 from mocker.replay.report import ReplayResult, build_records, build_summary
@@ -82,15 +83,14 @@ def _check_common(num_workers, replay_concurrency, router_mode, arrival_speedup_
 
 def _build_ranks(config: dict, table: ReqTable, num_workers: int) -> list:
     engine = config["engine"]
-    if engine["backend"] == "sglang":
-        raise ConfigError("backend 'sglang' is not supported by mocker's replay yet")
     if config["dp_size"] != 1:
         raise ConfigError("dp_size > 1 is not supported by mocker's replay yet")
     if engine["worker_type"] != "aggregated":
         raise ConfigError("aggregated replay requires engine.worker_type='aggregated'")
     if engine["aic_nextn"] is not None:
         raise ConfigError("engine.aic_nextn (speculative decoding) is not supported by mocker yet")
-    return [VllmRank(table, engine) for _ in range(num_workers)]
+    rank_cls = SglangRank if engine["backend"] == "sglang" else VllmRank
+    return [rank_cls(table, engine) for _ in range(num_workers)]
 
 
 class _Simulation:

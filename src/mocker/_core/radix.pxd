@@ -1,0 +1,38 @@
+# SGLang-style page radix cache (spec core-sim §5.1).  One node per cached page, keyed by
+# the page's chained hash (so a hash names the whole path from the root).
+from libcpp.vector cimport vector
+from libcpp.unordered_map cimport unordered_map
+from libcpp.queue cimport priority_queue
+from libcpp.pair cimport pair
+from mocker._core._types cimport int8_t, int32_t, int64_t, hash_t, slot_t
+
+ctypedef pair[int64_t, slot_t] HeapItem     # (-stamp, -slot): the max-heap pops the oldest leaf
+
+cdef class RadixCache:
+    cdef int64_t capacity            # pages
+    cdef bint caching                # enable_prefix_caching (off: nothing is ever inserted)
+    cdef vector[hash_t] s_hash       # page hash (tree nodes)
+    cdef vector[slot_t] s_parent     # parent node (-1 = child of the root)
+    cdef vector[int32_t] s_children  # number of child nodes
+    cdef vector[int32_t] s_lock      # requests whose path runs through the node
+    cdef vector[int64_t] s_stamp     # last access (logical clock)
+    cdef vector[int8_t] s_in_tree    # 1 = tree node, 0 = free or private page
+    cdef unordered_map[hash_t, slot_t] index   # hash -> node
+    cdef vector[slot_t] free_slots   # unoccupied pages
+    cdef priority_queue[HeapItem] leaves       # candidate evictable leaves (lazily validated)
+    cdef int64_t evictable           # tree pages with lock 0
+    cdef int64_t clock               # logical clock: one tick per match-lock / insert operation
+    cdef int64_t evictions
+    cdef bint record_events
+    cdef vector[hash_t] ev_stored
+    cdef vector[hash_t] ev_removed
+
+    cdef int64_t tick(self) noexcept nogil
+    cdef int64_t match(self, const hash_t* hs, int64_t n) noexcept nogil
+    cdef void lock_path(self, const hash_t* hs, int64_t n, int64_t stamp, vector[slot_t]* pages) noexcept nogil
+    cdef void unlock_path(self, const slot_t* pages, int64_t n, int64_t touch) noexcept nogil
+    cdef bint alloc(self, int64_t k, vector[slot_t]* pages) noexcept nogil
+    cdef void free_page(self, slot_t s) noexcept nogil
+    cdef slot_t insert_page(self, slot_t page, hash_t h, slot_t parent, int64_t stamp) noexcept nogil
+    cdef void _evict(self, int64_t k) noexcept nogil
+    cdef void _push_leaf(self, slot_t s) noexcept nogil

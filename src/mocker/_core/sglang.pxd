@@ -1,0 +1,40 @@
+# One rank of the SGLang-style scheduler (spec core-sim §5): prefill and decode passes
+# alternate, admission reserves output room with a decaying new-token ratio, memory
+# pressure retracts decodes, the prefix cache is a page radix tree.
+from libcpp.vector cimport vector
+from mocker._core._types cimport int64_t, rid_t
+from mocker._core.rank cimport Rank
+from mocker._core.radix cimport RadixCache
+
+
+cdef class SglangRank(Rank):
+    cdef RadixCache cache
+    cdef bint caching                 # enable_prefix_caching
+    cdef bint lpm                     # schedule_policy == lpm
+    cdef int64_t max_prefill_tokens
+    cdef int64_t chunked_prefill_size
+    cdef int64_t clip_max_new_tokens
+    cdef double init_ratio            # 0.7 * schedule_conservativeness
+    cdef double min_ratio             # 0.14 * init_ratio
+    cdef double decay_step            # (init - min) / 600
+    cdef double new_token_ratio
+    cdef int64_t prefill_decode_interval
+    cdef int64_t prefill_rounds_remaining
+    cdef int64_t own_path_conflicts    # admissions refused because the matched path had to be evicted
+    # per request (indexed by rid)
+    cdef vector[int64_t] ins          # leading pages inserted in (and locked from) the tree
+    cdef vector[int64_t] touch        # clock of the request's latest insert
+    # per-pass scratch
+    cdef vector[rid_t] batch
+    cdef int64_t _isl                 # prefill batch: Σ chunk ends
+    cdef int64_t _pre                 # prefill batch: Σ prefix lengths
+
+    cdef void _cache_materialized(self, rid_t r) noexcept nogil
+    cdef void _release(self, rid_t r) noexcept nogil
+    cdef void _finish(self, rid_t r, double end) noexcept nogil
+    cdef void _retract(self, rid_t r) noexcept nogil
+    cdef void _apply_lpm(self) noexcept nogil
+    cdef int64_t _match_len(self, rid_t r) noexcept nogil
+    cdef void _prefill_batch(self, double now) noexcept nogil
+    cdef void _remove_running(self, rid_t r) noexcept nogil
+    cdef void _estimate_ratio(self) noexcept nogil

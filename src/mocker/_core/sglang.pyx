@@ -1,0 +1,395 @@
+# cython: language_level=3
+"""One rank of the SGLang-style scheduler (spec core-sim §5).
+
+A pass is either a prefill batch (new requests and chunk continuations; running
+requests stall) or a decode batch over the running requests.  Admission reserves
+output room (``new_token_ratio``), memory pressure retracts the running request with
+the fewest generated tokens, and pages are cached in a radix tree as soon as they are
+materialized.
+"""
+from libcpp.vector cimport vector
+from libcpp.unordered_set cimport unordered_set
+from libcpp.algorithm cimport stable_sort
+from mocker._core._types cimport int64_t, rid_t, slot_t, hash_t
+from mocker._core.timing cimport prefill_phase_ms, decode_phase_ms
+from mocker._core.table cimport ReqTable, ST_WAITING, ST_RUNNING, ST_COMPLETED, ST_REJECTED
+from mocker._core.rank cimport Rank
+from mocker._core.radix cimport RadixCache
+
+cdef int64_t UNLIMITED = 1 << 62
+cdef int64_t LPM_MAX_WAITING = 128          # lpm falls back to fifo above this queue length
+cdef int64_t IN_BATCH_PREFIX_THRESHOLD = 32  # tokens
+
+
+cdef inline int64_t ceil_div(int64_t a, int64_t b) noexcept nogil:
+    return (a + b - 1) // b
+
+
+cdef struct LpmKey:
+    int64_t dep          # 1 = deprioritized (in-batch duplicate prefix)
+    int64_t prefix_len   # cached prefix tokens (sorted descending)
+    int64_t pos          # original queue position (stability)
+    rid_t r
+
+
+cdef bint lpm_less(const LpmKey& a, const LpmKey& b) noexcept nogil:
+    if a.dep != b.dep:
+        return a.dep < b.dep
+    if a.prefix_len != b.prefix_len:
+        return a.prefix_len > b.prefix_len
+    return a.pos < b.pos
+
+
+cdef class SglangRank(Rank):
+    def __cinit__(self, ReqTable table, dict engine):
+        cdef dict sg = engine["sglang"]
+        self.caching = engine["enable_prefix_caching"]
+        self.cache = RadixCache(self.num_blocks, self.caching, engine.get("emit_kv_events", False))
+        self.lpm = sg["schedule_policy"] == "lpm"
+        self.max_prefill_tokens = sg["max_prefill_tokens"]
+        self.chunked_prefill_size = sg["chunked_prefill_size"]
+        self.clip_max_new_tokens = sg["clip_max_new_tokens"]
+        self.init_ratio = 0.7 * sg["schedule_conservativeness"]
+        self.min_ratio = 0.14 * self.init_ratio
+        self.decay_step = (self.init_ratio - self.min_ratio) / 600.0
+        self.new_token_ratio = self.init_ratio
+        self.prefill_decode_interval = engine["prefill_decode_interval"]
+        self.prefill_rounds_remaining = 0
+        self.stall_is_fatal = True
+        self.ins.resize(table.n, 0)
+        self.touch.resize(table.n, 0)
+
+    @property
+    def cache_view(self):
+        return self.cache
+
+    @property
+    def conflicts(self):
+        return self.own_path_conflicts
+
+    @property
+    def token_ratio(self):
+        return self.new_token_ratio
+
+    # -- cache bookkeeping --------------------------------------------------------
+    cdef void _cache_materialized(self, rid_t r) noexcept nogil:
+        """Insert the request's full materialized pages beyond those already inserted."""
+        cdef int64_t i, upto
+        cdef slot_t parent
+        if not self.caching:
+            return
+        upto = self.t.computed[r] // self.bs
+        if upto > <int64_t>self.t.blocks[r].size():
+            upto = <int64_t>self.t.blocks[r].size()
+        cdef int64_t stamp = self.cache.tick()
+        self.touch[r] = stamp
+        for i in range(self.ins[r], upto):
+            parent = self.t.blocks[r][i - 1] if i > 0 else -1
+            self.t.blocks[r][i] = self.cache.insert_page(self.t.blocks[r][i], self.t.block_hash(r, i),
+                                                         parent, stamp)
+        if upto > self.ins[r]:
+            self.ins[r] = upto
+
+    cdef void _release(self, rid_t r) noexcept nogil:
+        """Cache the materialized pages, unlock the request's path, free its private pages."""
+        cdef int64_t i, n
+        self._cache_materialized(r)
+        n = self.ins[r]
+        self.cache.unlock_path(self.t.blocks[r].data(), n, self.touch[r])
+        for i in range(n, <int64_t>self.t.blocks[r].size()):
+            self.cache.free_page(self.t.blocks[r][i])
+        self.t.blocks[r].clear()
+        self.ins[r] = 0
+        self.t.allocated[r] = 0
+
+    cdef void _finish(self, rid_t r, double end) noexcept nogil:
+        self._release(r)
+        self.t.status[r] = ST_COMPLETED
+        self.t.terminal_time[r] = end
+        self.out_completed.push_back(r)
+
+    cdef void _retract(self, rid_t r) noexcept nogil:
+        self._release(r)
+        self.t.computed[r] = 0
+        self.t.status[r] = ST_WAITING
+        self.waiting.push_back(r)
+        self.preemptions_total += 1
+        self.out.preemptions += 1
+
+    cdef int64_t _match_len(self, rid_t r) noexcept nogil:
+        """Pages a (re)admission may take from the cache: all but the token to sample from."""
+        cdef int64_t seq = self.t.prompt_len[r] + self.t.generated[r]
+        cdef int64_t n = (seq if self.t.max_out[r] == 0 else seq - 1) // self.bs
+        if n > <int64_t>self.t.hashes[r].size():
+            n = <int64_t>self.t.hashes[r].size()
+        return n
+
+    # -- scheduling policy --------------------------------------------------------
+    cdef void _apply_lpm(self) noexcept nogil:
+        cdef vector[LpmKey] keys
+        cdef LpmKey k
+        cdef unordered_set[hash_t] seen
+        cdef int64_t tpages = ceil_div(IN_BATCH_PREFIX_THRESHOLD, self.bs)
+        cdef int64_t pos = 0, first = 0
+        cdef size_t i
+        cdef rid_t r
+        cdef hash_t key
+        # a chunk continuation stays at the head of the queue
+        while first < <int64_t>self.waiting.size() and self.t.computed[self.waiting[first]] > 0:
+            first += 1
+        for i in range(first, self.waiting.size()):
+            r = self.waiting[i]
+            k.r = r
+            k.pos = pos
+            pos += 1
+            k.prefix_len = self.cache.match(self.t.hashes[r].data(), self._match_len(r)) * self.bs
+            k.dep = 0
+            if (k.prefix_len <= IN_BATCH_PREFIX_THRESHOLD
+                    and self.t.prompt_len[r] + self.t.generated[r] >= tpages * self.bs
+                    and tpages <= <int64_t>self.t.hashes[r].size()):
+                key = self.t.hashes[r][tpages - 1]
+                if seen.count(key):
+                    k.dep = 1
+                else:
+                    seen.insert(key)
+            keys.push_back(k)
+        stable_sort(keys.begin(), keys.end(), lpm_less)
+        for i in range(keys.size()):
+            self.waiting[first + i] = keys[i].r
+
+    # -- prefill batch --------------------------------------------------------------
+    cdef void _prefill_batch(self, double now) noexcept nogil:
+        cdef double reserved = 0.0, rem_total
+        cdef int64_t rem_input = self.max_prefill_tokens
+        cdef int64_t rem_chunk = self.chunked_prefill_size
+        cdef int64_t bs = self.bs
+        cdef int64_t seq, cached_pages, cached, start, extend, chunk, charged, reserve, need, prefix_len
+        cdef int64_t rem, stamp, isl = 0, pre = 0
+        cdef rid_t r
+        cdef bint first_adm, ok
+        for r in self.running:
+            rem = self.remaining(r)
+            reserved += <double>(rem if rem < self.clip_max_new_tokens else self.clip_max_new_tokens) * self.new_token_ratio
+        rem_total = <double>((<int64_t>self.cache.free_slots.size() + self.cache.evictable) * bs) - reserved
+        while self.waiting.size() > 0 and (
+                self.max_num_seqs <= 0
+                or <int64_t>self.batch.size() < self.max_num_seqs - <int64_t>self.running.size()):
+            r = self.waiting.front()
+            self.waiting.pop_front()
+            seq = self.t.prompt_len[r] + self.t.generated[r]
+            first_adm = self.t.computed[r] == 0
+            cached_pages = 0
+            if first_adm and self.caching:
+                cached_pages = self.cache.match(self.t.hashes[r].data(), self._match_len(r))
+            cached = cached_pages * bs
+            start = self.t.computed[r] if self.t.computed[r] > cached else cached
+            extend = seq - start
+            if extend == 0 and not first_adm:
+                self.waiting.push_front(r)
+                break
+            if extend <= rem_chunk:
+                chunk = extend
+            else:
+                chunk = (rem_chunk // bs) * bs
+                if chunk > extend:
+                    chunk = extend
+                if chunk == 0:
+                    self.waiting.push_front(r)
+                    break
+            charged = ceil_div(chunk, bs) * bs
+            rem = self.remaining(r)
+            reserve = 0 if chunk < extend else (rem if rem < self.clip_max_new_tokens else self.clip_max_new_tokens)
+            if <double>(charged + reserve) >= rem_total:
+                self.waiting.push_front(r)
+                break
+            if charged > rem_input or charged > rem_chunk:
+                self.waiting.push_front(r)
+                break
+            if first_adm:
+                if <int64_t>self.cache.free_slots.size() + self.cache.evictable < ceil_div(start + chunk, bs) - cached_pages:
+                    self.waiting.push_front(r)
+                    break
+                stamp = self.cache.tick()
+                self.touch[r] = stamp
+                self.cache.lock_path(self.t.hashes[r].data(), cached_pages, stamp, &self.t.blocks[r])
+                self.ins[r] = cached_pages
+                need = ceil_div(start + chunk, bs) - cached_pages
+            else:
+                need = ceil_div(start + chunk, bs) - <int64_t>self.t.blocks[r].size()
+            ok = self.cache.alloc(need, &self.t.blocks[r])
+            if not ok and first_adm and cached_pages > 0:
+                self.own_path_conflicts += 1
+            if not ok:
+                if first_adm:
+                    self._release(r)
+                self.waiting.push_front(r)
+                break
+            prefix_len = cached if first_adm else self.t.computed[r]
+            if first_adm:
+                self.t.record_admission(r, now, prefix_len)
+            self.t.computed[r] = start + chunk
+            self.t.allocated[r] = <int64_t>self.t.blocks[r].size() * bs
+            self.t.status[r] = ST_RUNNING
+            isl += start + chunk
+            pre += prefix_len
+            self.out.committed_prefill += chunk
+            rem_total -= <double>(charged + reserve)
+            rem_input -= charged
+            rem_chunk -= charged
+            self.batch.push_back(r)
+            if rem_chunk <= 0:
+                break
+        self.out.prefill_n = <int64_t>self.batch.size()
+        self._isl = isl
+        self._pre = pre
+
+    # -- one pass -------------------------------------------------------------------
+    cdef void step(self, double now) noexcept nogil:
+        cdef bint defer = self.prefill_rounds_remaining > 0
+        cdef bint effect = False, retracted = False
+        cdef size_t i, keep
+        cdef rid_t r, victim
+        cdef int64_t rem, seq, need, avail, best, prev_rounds
+        cdef double end = now, active
+        cdef vector[rid_t] newly
+        self.begin_pass(now)
+        self.batch.clear()
+        self._isl = 0
+        self._pre = 0
+        # prompts that can never fit under max_model_len are rejected wherever they wait
+        if self.max_model_len > 0:
+            keep = 0
+            for i in range(self.waiting.size()):
+                r = self.waiting[i]
+                if self.t.prompt_len[r] >= self.max_model_len:
+                    self.t.status[r] = ST_REJECTED
+                    self.out_rejected.push_back(r)
+                else:
+                    self.waiting[keep] = r
+                    keep += 1
+            while self.waiting.size() > keep:
+                self.waiting.pop_back()
+        if self.lpm and self.caching and <int64_t>self.waiting.size() <= LPM_MAX_WAITING:
+            self._apply_lpm()
+        if not defer:
+            self._prefill_batch(now)
+
+        if self.batch.size() > 0:
+            # prefill pass: running requests stall
+            end = now + prefill_phase_ms(&self.tm, <int64_t>self.batch.size(), self._isl, self._pre)
+            for r in self.batch:
+                if self.t.computed[r] < self.t.prompt_len[r] + self.t.generated[r]:
+                    self._cache_materialized(r)
+                    self.waiting.push_front(r)          # chunk continuation
+                else:
+                    self.running.push_back(r)
+                    newly.push_back(r)
+            for r in newly:
+                rem = self.remaining(r)
+                if rem == 0:
+                    self._remove_running(r)
+                    self._finish(r, end)
+                elif rem == 1:
+                    self.emit_token(r, end)
+                    self._remove_running(r)
+                    self._finish(r, end)
+                else:
+                    if self.t.computed[r] + 1 > self.t.allocated[r]:
+                        if self.cache.alloc(1, &self.t.blocks[r]):
+                            self.t.allocated[r] = self.t.allocated[r] + self.bs
+                    self.emit_token(r, end)
+                    self.t.computed[r] = self.t.computed[r] + 1
+                    self._cache_materialized(r)
+            self.prefill_rounds_remaining = self.prefill_decode_interval
+            effect = True
+        else:
+            # decode pass over the running requests
+            keep = 0
+            for i in range(self.running.size()):
+                r = self.running[i]
+                if self.remaining(r) == 0:
+                    self._finish(r, now)
+                    effect = True
+                else:
+                    self.running[keep] = r
+                    keep += 1
+            self.running.resize(keep)
+            # memory check: retract the request with the fewest generated tokens until it fits
+            while self.running.size() > 1:
+                need = 0
+                for r in self.running:
+                    seq = self.t.prompt_len[r] + self.t.generated[r]
+                    rem = ceil_div(seq + 1, self.bs) * self.bs - self.t.allocated[r]
+                    if rem > 0:
+                        need += rem
+                avail = (<int64_t>self.cache.free_slots.size() + self.cache.evictable) * self.bs
+                if avail >= need:
+                    break
+                best = 0
+                for i in range(1, self.running.size()):
+                    if self.t.generated[self.running[i]] < self.t.generated[self.running[best]]:
+                        best = i
+                victim = self.running[best]
+                self.running.erase(self.running.begin() + best)
+                self._retract(victim)
+                retracted = True
+                effect = True
+            if self.running.size() > 0:
+                active = 0.0
+                for r in self.running:
+                    active += <double>(self.t.prompt_len[r] + self.t.generated[r])
+                self.out.decode_n = <int64_t>self.running.size()
+                end = now + decode_phase_ms(&self.tm, <int64_t>self.running.size(), active)
+                keep = 0
+                for i in range(self.running.size()):
+                    r = self.running[i]
+                    seq = self.t.prompt_len[r] + self.t.generated[r]
+                    if seq + 1 > self.t.allocated[r]:
+                        if not self.cache.alloc(1, &self.t.blocks[r]):
+                            self.running[keep] = r      # no room: the request waits
+                            keep += 1
+                            continue
+                        self.t.allocated[r] = self.t.allocated[r] + self.bs
+                    self.emit_token(r, end)
+                    self.t.computed[r] = self.t.computed[r] + 1
+                    if self.remaining(r) == 0:
+                        self._finish(r, end)
+                    else:
+                        self._cache_materialized(r)
+                        self.running[keep] = r
+                        keep += 1
+                self.running.resize(keep)
+            if retracted:
+                self._estimate_ratio()
+            elif self.running.size() > 0 or self.out_emitted.size() > 0:
+                self.new_token_ratio -= self.decay_step
+                if self.new_token_ratio < self.min_ratio:
+                    self.new_token_ratio = self.min_ratio
+            elif defer:
+                self.new_token_ratio = self.init_ratio      # an idle interval round
+            prev_rounds = self.prefill_rounds_remaining
+            if self.prefill_rounds_remaining > 0:
+                self.prefill_rounds_remaining -= 1
+            if prev_rounds != self.prefill_rounds_remaining:
+                effect = True
+        for r in self.out_rejected:
+            self.t.terminal_time[r] = end
+        self.out.end = end
+        self.out.effect = (effect or self.out_emitted.size() > 0 or self.out_completed.size() > 0
+                           or self.out_rejected.size() > 0)
+
+    cdef void _remove_running(self, rid_t r) noexcept nogil:
+        cdef size_t i
+        for i in range(self.running.size() - 1, -1, -1):
+            if self.running[i] == r:
+                self.running.erase(self.running.begin() + i)
+                return
+
+    cdef void _estimate_ratio(self) noexcept nogil:
+        cdef int64_t gen = 0, cap = 0
+        cdef rid_t r
+        for r in self.running:
+            gen += self.t.generated[r]
+            cap += self.t.max_out[r]
+        cdef double v = (<double>gen + 20.0 * <double>self.running.size()) / (<double>cap + 1.0)
+        self.new_token_ratio = v if v < 1.0 else 1.0
