@@ -224,9 +224,7 @@ def _normalize_engine(e: dict) -> dict:
     _check_known("engine.sglang.", sg, tuple(SGLANG_DEFAULTS))
     sgo = dict(SGLANG_DEFAULTS)
     if "schedule_policy" in sg:
-        if not isinstance(sg["schedule_policy"], str):
-            raise _bad_type("engine.sglang.schedule_policy", sg["schedule_policy"], "string")
-        sgo["schedule_policy"] = sg["schedule_policy"]
+        sgo["schedule_policy"] = _enum("engine.sglang.schedule_policy", sg["schedule_policy"], ("fifo", "lpm"))
     for f in ("max_prefill_tokens", "chunked_prefill_size", "clip_max_new_tokens"):
         if f in sg:
             sgo[f] = _uint(f"engine.sglang.{f}", sg[f])
@@ -257,6 +255,19 @@ def _normalize_engine(e: dict) -> dict:
             raise ConfigError(f"{f} must be finite and non-negative")
     if out["prefill_decode_interval"] and out["backend"] != "sglang":
         raise ConfigError("prefill_decode_interval is supported only for backend=sglang")
+    if out["backend"] == "sglang":
+        sgo = out["sglang"]
+        if sgo["max_prefill_tokens"] == 0:
+            raise ConfigError("sglang.max_prefill_tokens must be positive")
+        if sgo["chunked_prefill_size"] == 0:
+            raise ConfigError("sglang.chunked_prefill_size must be positive")
+        if sgo["chunked_prefill_size"] % out["block_size"]:
+            raise ConfigError("sglang.chunked_prefill_size must be divisible by block_size")
+        c = sgo["schedule_conservativeness"]
+        if not math.isfinite(c) or c < 0:
+            raise ConfigError("sglang.schedule_conservativeness must be finite and non-negative")
+        if not out["enable_chunked_prefill"]:
+            raise ConfigError("enable_chunked_prefill=false is not supported for backend=sglang")
     return {k: out[k] for k in ENGINE_DEFAULTS}
 
 

@@ -5,6 +5,7 @@ from libcpp.unordered_map cimport unordered_map
 from libcpp.queue cimport priority_queue
 from libcpp.pair cimport pair
 from mocker._core._types cimport int8_t, int32_t, int64_t, hash_t, slot_t
+from mocker._core.flatmap cimport FlatMap
 
 ctypedef pair[int64_t, slot_t] HeapItem     # (-stamp, -slot): the max-heap pops the oldest leaf
 
@@ -17,7 +18,7 @@ cdef class RadixCache:
     cdef vector[int32_t] s_lock      # requests whose path runs through the node
     cdef vector[int64_t] s_stamp     # last access (logical clock)
     cdef vector[int8_t] s_in_tree    # 1 = tree node, 0 = free or private page
-    cdef unordered_map[hash_t, slot_t] index   # hash -> node
+    cdef FlatMap index               # hash -> node
     cdef vector[slot_t] free_slots   # unoccupied pages
     cdef priority_queue[HeapItem] leaves       # candidate evictable leaves (lazily validated)
     cdef int64_t evictable           # tree pages with lock 0

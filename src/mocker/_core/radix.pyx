@@ -15,6 +15,7 @@ from libcpp.vector cimport vector
 from libcpp.unordered_map cimport unordered_map
 from cython.operator cimport dereference as deref
 from mocker._core._types cimport int64_t, hash_t, slot_t
+from mocker._core.flatmap cimport fm_init, fm_free, fm_get, fm_put, fm_del
 
 
 cdef class RadixCache:
@@ -35,6 +36,11 @@ cdef class RadixCache:
         self.evictable = 0
         self.clock = 0
         self.evictions = 0
+        if fm_init(&self.index, capacity) != 0:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        fm_free(&self.index)
 
     cdef int64_t tick(self) noexcept nogil:
         self.clock += 1
@@ -46,7 +52,7 @@ cdef class RadixCache:
         if not self.caching:
             return 0
         for i in range(n):
-            if self.index.find(hs[i]) == self.index.end():
+            if fm_get(&self.index, hs[i]) < 0:
                 return i
         return n
 
@@ -55,7 +61,7 @@ cdef class RadixCache:
         cdef int64_t i
         cdef slot_t s
         for i in range(n):
-            s = deref(self.index.find(hs[i])).second
+            s = fm_get(&self.index, hs[i])
             if self.s_lock[s] == 0:
                 self.evictable -= 1
             self.s_lock[s] += 1
@@ -89,7 +95,7 @@ cdef class RadixCache:
             if (not self.s_in_tree[s] or self.s_lock[s] != 0 or self.s_children[s] != 0
                     or self.s_stamp[s] != stamp):
                 continue            # stale entry
-            self.index.erase(self.s_hash[s])
+            fm_del(&self.index, self.s_hash[s])
             if self.record_events:
                 self.ev_removed.push_back(self.s_hash[s])
             self.s_in_tree[s] = 0
@@ -130,17 +136,15 @@ cdef class RadixCache:
         If ``h`` is already cached the private duplicate is freed and the existing node is
         locked instead.  Returns the node now holding the content.
         """
-        cdef unordered_map[hash_t, slot_t].iterator it = self.index.find(h)
-        cdef slot_t s
-        if it != self.index.end():
-            s = deref(it).second
+        cdef slot_t s = fm_get(&self.index, h)
+        if s >= 0:
             self.free_slots.push_back(page)
             if self.s_lock[s] == 0:
                 self.evictable -= 1
             self.s_lock[s] += 1
             self.s_stamp[s] = stamp
             return s
-        self.index[h] = page
+        fm_put(&self.index, h, page)
         self.s_hash[page] = h
         self.s_parent[page] = parent
         self.s_children[page] = 0
@@ -164,7 +168,7 @@ cdef class RadixCache:
 
     @property
     def num_cached_pages(self):
-        return <int64_t>self.index.size()
+        return self.index.size
 
     def check_invariants(self):
         """Raise AssertionError if the cache's bookkeeping is inconsistent."""
@@ -184,6 +188,6 @@ cdef class RadixCache:
         for s in range(self.capacity):
             if self.s_in_tree[s]:
                 assert children.get(s, 0) == self.s_children[s], f"child count of page {s}"
-        assert in_tree == <int64_t>self.index.size(), "index size"
+        assert in_tree == self.index.size, "index size"
         assert unlocked == self.evictable, "evictable count"
         assert <int64_t>self.free_slots.size() <= self.capacity - in_tree, "pages double-counted"

@@ -120,6 +120,7 @@ cdef class SglangRank(Rank):
         """Pages a (re)admission may take from the cache: all but the token to sample from."""
         cdef int64_t seq = self.t.prompt_len[r] + self.t.generated[r]
         cdef int64_t n = (seq if self.t.max_out[r] == 0 else seq - 1) // self.bs
+        self.t.ensure_hashed(r)
         if n > <int64_t>self.t.hashes[r].size():
             n = <int64_t>self.t.hashes[r].size()
         return n
@@ -130,7 +131,7 @@ cdef class SglangRank(Rank):
         cdef LpmKey k
         cdef unordered_set[hash_t] seen
         cdef int64_t tpages = ceil_div(IN_BATCH_PREFIX_THRESHOLD, self.bs)
-        cdef int64_t pos = 0, first = 0
+        cdef int64_t pos = 0, first = 0, n
         cdef size_t i
         cdef rid_t r
         cdef hash_t key
@@ -142,7 +143,8 @@ cdef class SglangRank(Rank):
             k.r = r
             k.pos = pos
             pos += 1
-            k.prefix_len = self.cache.match(self.t.hashes[r].data(), self._match_len(r)) * self.bs
+            n = self._match_len(r)          # hashes the request first
+            k.prefix_len = self.cache.match(self.t.hashes[r].data(), n) * self.bs
             k.dep = 0
             if (k.prefix_len <= IN_BATCH_PREFIX_THRESHOLD
                     and self.t.prompt_len[r] + self.t.generated[r] >= tpages * self.bs
@@ -180,7 +182,8 @@ cdef class SglangRank(Rank):
             first_adm = self.t.computed[r] == 0
             cached_pages = 0
             if first_adm and self.caching:
-                cached_pages = self.cache.match(self.t.hashes[r].data(), self._match_len(r))
+                need = self._match_len(r)       # hashes the request first
+                cached_pages = self.cache.match(self.t.hashes[r].data(), need)
             cached = cached_pages * bs
             start = self.t.computed[r] if self.t.computed[r] > cached else cached
             extend = seq - start
@@ -359,6 +362,9 @@ cdef class SglangRank(Rank):
                         self.running[keep] = r
                         keep += 1
                 self.running.resize(keep)
+                if self.out_emitted.size() == 0:
+                    # nobody could get a KV slot: the pass did nothing (the run cannot progress)
+                    end = now
             if retracted:
                 self._estimate_ratio()
             elif self.running.size() > 0 or self.out_emitted.size() > 0:

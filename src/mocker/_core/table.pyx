@@ -70,6 +70,8 @@ cdef class ReqTable:
         self.blocks.resize(n)
         self.hashes.resize(n)
         self.tail.resize(n)
+        self.prompt.resize(n)
+        self.hashed.resize(n, 0)
         self.sched_pass.resize(n, -1)
         self.sched_used.resize(n, 0)
         self.sched_prompt.resize(n, 0)
@@ -87,45 +89,77 @@ cdef class ReqTable:
         self.itl_buf.resize(n)
 
     cdef void set_prompt_runs(self, rid_t r, const TokRun* runs, int64_t nruns) noexcept nogil:
-        """Hash the full blocks of the prompt described by ``runs``; keep the partial tail."""
+        """Describe the prompt of ``r`` by ``runs``; hashing waits until it is first needed."""
+        cdef int64_t i, total = 0
+        self.prompt[r].assign(runs, runs + nruns)
+        for i in range(nruns):
+            total += runs[i].n
+        self.prompt_len[r] = total
+        self.hashes[r].clear()
+        self.tail[r].clear()
+        self.hashed[r] = 0
+
+    cdef void ensure_hashed(self, rid_t r) noexcept nogil:
+        """Hash the full blocks of the prompt and keep the partial tail (once per request)."""
         cdef int64_t bs = self.block_size
         cdef BlockAcc acc
         cdef vector[hash_t]* hs = &self.hashes[r]
         cdef vector[TokRun]* tl = &self.tail[r]
-        cdef int64_t i, left, take, g, k
-        cdef TokRun piece
-        cdef int64_t total = 0
+        cdef vector[TokRun]* runs = &self.prompt[r]
+        cdef int64_t i, left, take, g, k, rep
+        cdef uint64_t val
+        cdef TokRun piece, run
+        if self.hashed[r]:
+            return
         hs.clear()
         tl.clear()
         acc_reset(&acc)
-        for i in range(nruns):
-            left = runs[i].n
-            g = runs[i].start
+        for i in range(<int64_t>runs.size()):
+            run = runs[0][i]
+            left = run.n
+            g = 0
             while left > 0:
                 take = bs - acc.filled
                 if take > left:
                     take = left
-                piece.kind = runs[i].kind
-                piece.v = runs[i].v
-                piece.start = g
-                piece.n = take
-                tl.push_back(piece)
-                if runs[i].kind == RUN_CONST:
-                    acc_add(&acc, runs[i].v, take)
-                else:
+                if run.kind == RUN_CONST:
+                    acc_add(&acc, run.v, take)
+                    piece = run
+                    piece.n = take
+                    tl.push_back(piece)
+                elif run.kind == RUN_GEN:
                     for k in range(take):
-                        acc_add(&acc, gen_token(runs[i].v, g + k), 1)
+                        acc_add(&acc, gen_token(run.v, run.start + g + k), 1)
+                    piece = run
+                    piece.start = run.start + g
+                    piece.n = take
+                    tl.push_back(piece)
+                else:  # RUN_RANGE: values v, v+1, ... each repeated `start` times
+                    rep = run.start
+                    k = 0
+                    while k < take:
+                        val = run.v + <uint64_t>((g + k) // rep)
+                        piece.n = rep - (g + k) % rep
+                        if piece.n > take - k:
+                            piece.n = take - k
+                        acc_add(&acc, val, piece.n)
+                        piece.kind = RUN_CONST
+                        piece.v = val
+                        piece.start = 0
+                        tl.push_back(piece)
+                        k += piece.n
                 g += take
                 left -= take
-                total += take
                 if acc.filled == bs:
                     hs.push_back(chain(hs.back() if hs.size() > 0 else 0, hs.size() > 0, acc_finish(&acc)))
                     acc_reset(&acc)
                     tl.clear()
-        self.prompt_len[r] = total
+        vector[TokRun]().swap(runs[0])
+        self.hashed[r] = 1
 
     cdef hash_t block_hash(self, rid_t r, int64_t k) noexcept nogil:
         """Chained hash of full block ``k`` (blocks < k must be known); memoized."""
+        self.ensure_hashed(r)
         cdef vector[hash_t]* hs = &self.hashes[r]
         if k < <int64_t>hs.size():
             return hs[0][k]
@@ -156,6 +190,7 @@ cdef class ReqTable:
     cdef void release_content(self, rid_t r) noexcept nogil:
         vector[hash_t]().swap(self.hashes[r])
         vector[TokRun]().swap(self.tail[r])
+        vector[TokRun]().swap(self.prompt[r])
         vector[slot_t]().swap(self.blocks[r])
 
     cdef void record_admission(self, rid_t r, double now, int64_t reused) noexcept nogil:

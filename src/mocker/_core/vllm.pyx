@@ -224,6 +224,7 @@ cdef class VllmRank(Rank):
                 self.waiting.pop_front()
                 self._reject(r)
                 continue
+            self.t.ensure_hashed(r)
             nfull = seq_len // bs
             if nfull > <int64_t>self.t.hashes[r].size():
                 nfull = <int64_t>self.t.hashes[r].size()

@@ -208,7 +208,7 @@ def run_synthetic_trace_replay(input_tokens: int, output_tokens: int, request_co
                                    shared_prefix_ratio=shared_prefix_ratio,
                                    num_prefix_groups=num_prefix_groups,
                                    inter_turn_delay_ms=inter_turn_delay_ms,
-                                   arrival_speedup_ratio=ratio)
+                                   arrival_speedup_ratio=ratio, materialize_ids=False)
     workload = _synthetic_to_workload(syn, bs, ratio)
     return _execute(workload, config, num_workers=num_workers, concurrency=replay_concurrency,
                     max_sim_time_ms=max_sim_time_ms, sla=sla, capture_per_request=capture_per_request,
@@ -216,19 +216,41 @@ def run_synthetic_trace_replay(input_tokens: int, output_tokens: int, request_co
 
 
 def _synthetic_to_workload(syn, bs: int, ratio: float) -> Workload:
+    """Synthetic rows → workload columns, prompts as range runs (no per-block id arrays).
+
+    A prompt is the session's shared-prefix blocks (ids ``group, 0..shared``) followed by
+    fresh ids counting up from 1 in request order, one id per engine block: at most two
+    runs per request whatever the prompt length.
+    """
     n = syn.num_requests
-    offs = np.asarray(syn.hash_offsets, dtype=np.int64)
-    ids = np.asarray(syn.hash_ids, dtype=np.uint64)
-    # dense token values for the hash ids (keeps them clear of generated-token values)
-    _, dense = np.unique(ids, return_inverse=True)
-    counts = np.diff(offs)
-    run_n = np.full(ids.shape[0], bs, dtype=np.int64)
     in_len = np.asarray(syn.input_len, dtype=np.int64)
-    last = offs[1:] - 1
-    nonempty = counts > 0
-    run_n[last[nonempty]] = in_len[nonempty] - (counts[nonempty] - 1) * bs
+    nb = (in_len + bs - 1) // bs
+    shared = int(syn.shared_blocks)
+    n_unique = nb - shared
     sess = np.asarray(syn.session_id, dtype=np.int64)
     turn = np.asarray(syn.turn_index, dtype=np.int64)
+    groups = np.asarray(syn.prefix_group, dtype=np.int64)
+    shared_tok = np.minimum(in_len, shared * bs)
+    uniq_tok = in_len - shared_tok
+    first_unique = 1 + np.concatenate(([0], np.cumsum(n_unique)[:-1])).astype(np.uint64)
+    has_shared = shared_tok > 0
+    has_unique = uniq_tok > 0
+    counts = has_shared.astype(np.int64) + has_unique.astype(np.int64)
+    run_off = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+    m = int(run_off[-1])
+    run_v = np.empty(m, dtype=np.uint64)
+    run_n = np.empty(m, dtype=np.int64)
+    pos = run_off[:-1]
+    if shared:
+        g = groups[sess].astype(np.uint64)
+        # shared-prefix token values live apart from the fresh ids (below 2**62)
+        run_v[pos[has_shared]] = (np.uint64(1) << np.uint64(62)) | (g[has_shared] << np.uint64(32))
+        run_n[pos[has_shared]] = shared_tok[has_shared]
+    upos = pos + has_shared.astype(np.int64)
+    run_v[upos[has_unique]] = first_unique[has_unique]
+    run_n[upos[has_unique]] = uniq_tok[has_unique]
+    run_kind = np.full(m, 2, dtype=np.int8)                 # RUN_RANGE
+    run_start = np.full(m, bs, dtype=np.int64)              # tokens per id
     next_turn = np.full(n, -1, dtype=np.int32)
     same = (sess[1:] == sess[:-1]) & (turn[1:] == turn[:-1] + 1)
     next_turn[:-1][same] = np.arange(1, n, dtype=np.int32)[same]
@@ -243,8 +265,6 @@ def _synthetic_to_workload(syn, bs: int, ratio: float) -> Workload:
         session_id = turn_index = [None] * n
     return Workload(
         n=n, input_length=in_len, output_length=np.asarray(syn.output_len, dtype=np.int64),
-        run_off=offs, run_kind=np.zeros(ids.shape[0], dtype=np.int8),
-        run_v=dense.astype(np.uint64).reshape(-1), run_start=np.zeros(ids.shape[0], dtype=np.int64),
-        run_n=run_n, next_turn=next_turn, delay_ms=delay, session_heads=heads,
-        head_arrival_ms=head_arr,
+        run_off=run_off, run_kind=run_kind, run_v=run_v, run_start=run_start, run_n=run_n,
+        next_turn=next_turn, delay_ms=delay, session_heads=heads, head_arrival_ms=head_arr,
         session_id=session_id, turn_index=turn_index, delta=False)

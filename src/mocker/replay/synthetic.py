@@ -161,6 +161,7 @@ def build_synthetic_workload(
     num_prefix_groups: int = 0,
     inter_turn_delay_ms: float = 0.0,
     arrival_speedup_ratio: float = 1.0,
+    materialize_ids: bool = True,
 ) -> SyntheticWorkload:
     """Build the §7.4 synthetic workload; validation order and messages follow 1.6.1."""
     # pyo3 argument conversion happens before any validation
@@ -279,6 +280,16 @@ def build_synthetic_workload(
         shared = 0
         groups = np.full(n_sess, -1, dtype=np.int64)
     n_unique = nb - shared
+
+    if not materialize_ids:
+        hash_ids = np.empty(0, dtype=np.uint64)
+        hash_offsets = np.zeros(n_req + 1, dtype=np.int64)
+        return SyntheticWorkload(
+            session_id=session_id, turn_index=turn_index, arrival_ms=arrival_ms,
+            input_len=input_len, output_len=output_len, hash_offsets=hash_offsets,
+            hash_ids=hash_ids, inter_turn_delay_ms=float(delay), block_size=block_size,
+            turns_per_session=turns, replay_concurrency=replay_concurrency,
+            session_mode=session_mode, prefix_group=groups, shared_blocks=shared)
 
     ids = np.empty((n_req, nb), dtype=np.uint64)
     if shared:
