@@ -4,21 +4,29 @@ from libcpp.vector cimport vector
 from libcpp.unordered_map cimport unordered_map
 from libcpp.queue cimport priority_queue
 from libcpp.pair cimport pair
+from libc.stdint cimport uint64_t
 from mocker._core._types cimport int8_t, int32_t, int64_t, hash_t, slot_t
-from mocker._core.flatmap cimport FlatMap
 
 ctypedef pair[int64_t, slot_t] HeapItem     # (-stamp, -slot): the max-heap pops the oldest leaf
 
+cdef struct Node:
+    hash_t hash          # page hash (tree nodes)
+    int64_t stamp        # last access (logical clock)
+    slot_t parent        # parent node (-1 = child of the root)
+    int32_t children     # number of child nodes
+    int32_t lock         # requests whose path runs through the node
+    int32_t in_tree      # 1 = tree node, 0 = free or private page
+
+
 cdef class RadixCache:
+    # Nodes are kept as an array of structs (one cache line holds a node): every tree
+    # operation touches several fields of one randomly placed node.
     cdef int64_t capacity            # pages
     cdef bint caching                # enable_prefix_caching (off: nothing is ever inserted)
-    cdef vector[hash_t] s_hash       # page hash (tree nodes)
-    cdef vector[slot_t] s_parent     # parent node (-1 = child of the root)
-    cdef vector[int32_t] s_children  # number of child nodes
-    cdef vector[int32_t] s_lock      # requests whose path runs through the node
-    cdef vector[int64_t] s_stamp     # last access (logical clock)
-    cdef vector[int8_t] s_in_tree    # 1 = tree node, 0 = free or private page
-    cdef FlatMap index               # hash -> node
+    cdef vector[Node] nodes          # one per page slot
+    cdef vector[int32_t] table       # open-addressing index: node + 1 (0 = empty), keyed by node hash
+    cdef uint64_t tmask              # table size - 1
+    cdef int64_t n_index             # nodes in the index
     cdef vector[slot_t] free_slots   # unoccupied pages
     cdef priority_queue[HeapItem] leaves       # candidate evictable leaves (lazily validated)
     cdef int64_t evictable           # tree pages with lock 0
@@ -37,3 +45,7 @@ cdef class RadixCache:
     cdef slot_t insert_page(self, slot_t page, hash_t h, slot_t parent, int64_t stamp) noexcept nogil
     cdef void _evict(self, int64_t k) noexcept nogil
     cdef void _push_leaf(self, slot_t s) noexcept nogil
+    cdef uint64_t _home(self, hash_t h) noexcept nogil
+    cdef slot_t _find(self, hash_t h) noexcept nogil
+    cdef void _index_put(self, slot_t s) noexcept nogil
+    cdef void _index_del(self, slot_t s) noexcept nogil

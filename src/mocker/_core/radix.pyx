@@ -15,32 +15,74 @@ from libcpp.vector cimport vector
 from libcpp.unordered_map cimport unordered_map
 from cython.operator cimport dereference as deref
 from mocker._core._types cimport int64_t, hash_t, slot_t
-from mocker._core.flatmap cimport fm_init, fm_free, fm_get, fm_put, fm_del
+from libc.stdint cimport uint64_t
 
 
 cdef class RadixCache:
     def __cinit__(self, int64_t capacity, bint caching=True, bint record_events=False):
         cdef slot_t s
+        cdef Node blank
+        cdef uint64_t n = 16
         self.capacity = capacity
         self.caching = caching
         self.record_events = record_events
-        self.s_hash.resize(capacity, 0)
-        self.s_parent.resize(capacity, -1)
-        self.s_children.resize(capacity, 0)
-        self.s_lock.resize(capacity, 0)
-        self.s_stamp.resize(capacity, 0)
-        self.s_in_tree.resize(capacity, 0)
+        blank.hash = 0
+        blank.stamp = 0
+        blank.parent = -1
+        blank.children = 0
+        blank.lock = 0
+        blank.in_tree = 0
+        self.nodes.assign(capacity, blank)
+        while n < <uint64_t>(2 * capacity + 2):
+            n <<= 1
+        self.table.assign(n, 0)
+        self.tmask = n - 1
+        self.n_index = 0
         self.free_slots.reserve(capacity)
         for s in range(<slot_t>capacity - 1, -1, -1):
             self.free_slots.push_back(s)
         self.evictable = 0
         self.clock = 0
         self.evictions = 0
-        if fm_init(&self.index, capacity) != 0:
-            raise MemoryError()
 
-    def __dealloc__(self):
-        fm_free(&self.index)
+    # -- content index (linear probing over node ids, backward-shift deletion) ----------
+    cdef uint64_t _home(self, hash_t h) noexcept nogil:
+        return (h ^ (h >> 29)) & self.tmask
+
+    cdef slot_t _find(self, hash_t h) noexcept nogil:
+        cdef uint64_t i = self._home(h)
+        cdef int32_t e
+        while True:
+            e = self.table[i]
+            if e == 0:
+                return -1
+            if self.nodes[e - 1].hash == h:
+                return e - 1
+            i = (i + 1) & self.tmask
+
+    cdef void _index_put(self, slot_t s) noexcept nogil:
+        cdef uint64_t i = self._home(self.nodes[s].hash)
+        while self.table[i] != 0:
+            i = (i + 1) & self.tmask
+        self.table[i] = s + 1
+        self.n_index += 1
+
+    cdef void _index_del(self, slot_t s) noexcept nogil:
+        cdef uint64_t i = self._home(self.nodes[s].hash)
+        cdef uint64_t j, home
+        while self.table[i] != s + 1:
+            i = (i + 1) & self.tmask
+        j = i
+        while True:
+            j = (j + 1) & self.tmask
+            if self.table[j] == 0:
+                break
+            home = self._home(self.nodes[self.table[j] - 1].hash)
+            if (j > i and (home <= i or home > j)) or (j < i and (home <= i and home > j)):
+                self.table[i] = self.table[j]
+                i = j
+        self.table[i] = 0
+        self.n_index -= 1
 
     cdef int64_t tick(self) noexcept nogil:
         self.clock += 1
@@ -52,7 +94,7 @@ cdef class RadixCache:
         if not self.caching:
             return 0
         for i in range(n):
-            if fm_get(&self.index, hs[i]) < 0:
+            if self._find(hs[i]) < 0:
                 return i
         return n
 
@@ -61,11 +103,11 @@ cdef class RadixCache:
         cdef int64_t i
         cdef slot_t s
         for i in range(n):
-            s = fm_get(&self.index, hs[i])
-            if self.s_lock[s] == 0:
+            s = self._find(hs[i])
+            if self.nodes[s].lock == 0:
                 self.evictable -= 1
-            self.s_lock[s] += 1
-            self.s_stamp[s] = stamp
+            self.nodes[s].lock += 1
+            self.nodes[s].stamp = stamp
             pages.push_back(s)
 
     cdef void unlock_path(self, const slot_t* pages, int64_t n, int64_t touch) noexcept nogil:
@@ -74,40 +116,52 @@ cdef class RadixCache:
         cdef slot_t s
         for i in range(n - 1, -1, -1):
             s = pages[i]
-            if touch > self.s_stamp[s]:
-                self.s_stamp[s] = touch
-            self.s_lock[s] -= 1
-            if self.s_lock[s] == 0:
+            if touch > self.nodes[s].stamp:
+                self.nodes[s].stamp = touch
+            self.nodes[s].lock -= 1
+            if self.nodes[s].lock == 0:
                 self.evictable += 1
-                if self.s_children[s] == 0:
+                if self.nodes[s].children == 0:
                     self._push_leaf(s)
 
     cdef void _push_leaf(self, slot_t s) noexcept nogil:
-        self.leaves.push(HeapItem(-self.s_stamp[s], -s))
+        self.leaves.push(HeapItem(-self.nodes[s].stamp, -s))
 
     cdef void _evict(self, int64_t k) noexcept nogil:
-        cdef slot_t s, p
+        cdef slot_t s = -1, p
         cdef int64_t stamp
-        while k > 0 and not self.leaves.empty():
-            stamp = -self.leaves.top().first
-            s = -self.leaves.top().second
-            self.leaves.pop()
-            if (not self.s_in_tree[s] or self.s_lock[s] != 0 or self.s_children[s] != 0
-                    or self.s_stamp[s] != stamp):
-                continue            # stale entry
-            fm_del(&self.index, self.s_hash[s])
+        cdef HeapItem item
+        while k > 0:
+            if s < 0:
+                if self.leaves.empty():
+                    return
+                stamp = -self.leaves.top().first
+                s = -self.leaves.top().second
+                self.leaves.pop()
+                if (not self.nodes[s].in_tree or self.nodes[s].lock != 0 or self.nodes[s].children != 0
+                        or self.nodes[s].stamp != stamp):
+                    s = -1
+                    continue            # stale entry
+            self._index_del(s)
             if self.record_events:
-                self.ev_removed.push_back(self.s_hash[s])
-            self.s_in_tree[s] = 0
+                self.ev_removed.push_back(self.nodes[s].hash)
+            self.nodes[s].in_tree = 0
             self.evictable -= 1
             self.evictions += 1
-            p = self.s_parent[s]
-            if p >= 0:
-                self.s_children[p] -= 1
-                if self.s_children[p] == 0 and self.s_lock[p] == 0:
-                    self._push_leaf(p)
             self.free_slots.push_back(s)
             k -= 1
+            p = self.nodes[s].parent
+            s = -1
+            if p >= 0:
+                self.nodes[p].children -= 1
+                if self.nodes[p].children == 0 and self.nodes[p].lock == 0:
+                    item = HeapItem(-self.nodes[p].stamp, -p)
+                    if self.leaves.empty() or item > self.leaves.top():
+                        s = p               # the parent is next anyway: skip the heap
+                    else:
+                        self.leaves.push(item)
+        if s >= 0:
+            self._push_leaf(s)
 
     cdef bint alloc(self, int64_t k, vector[slot_t]* pages) noexcept nogil:
         """Append ``k`` private pages to ``pages``, evicting as needed; False (no change) if impossible."""
@@ -136,23 +190,26 @@ cdef class RadixCache:
         If ``h`` is already cached the private duplicate is freed and the existing node is
         locked instead.  Returns the node now holding the content.
         """
-        cdef slot_t s = fm_get(&self.index, h)
+        cdef slot_t s = -1
+        # a hash names its whole path, so it can only be cached as a child of `parent`
+        if parent < 0 or self.nodes[parent].children > 0:
+            s = self._find(h)
         if s >= 0:
             self.free_slots.push_back(page)
-            if self.s_lock[s] == 0:
+            if self.nodes[s].lock == 0:
                 self.evictable -= 1
-            self.s_lock[s] += 1
-            self.s_stamp[s] = stamp
+            self.nodes[s].lock += 1
+            self.nodes[s].stamp = stamp
             return s
-        fm_put(&self.index, h, page)
-        self.s_hash[page] = h
-        self.s_parent[page] = parent
-        self.s_children[page] = 0
-        self.s_lock[page] = 1
-        self.s_stamp[page] = stamp
-        self.s_in_tree[page] = 1
+        self.nodes[page].hash = h
+        self._index_put(page)
+        self.nodes[page].parent = parent
+        self.nodes[page].children = 0
+        self.nodes[page].lock = 1
+        self.nodes[page].stamp = stamp
+        self.nodes[page].in_tree = 1
         if parent >= 0:
-            self.s_children[parent] += 1
+            self.nodes[parent].children += 1
         if self.record_events:
             self.ev_stored.push_back(h)
         return page
@@ -168,26 +225,26 @@ cdef class RadixCache:
 
     @property
     def num_cached_pages(self):
-        return self.index.size
+        return self.n_index
 
     def check_invariants(self):
         """Raise AssertionError if the cache's bookkeeping is inconsistent."""
         cdef int64_t s, in_tree = 0, unlocked = 0
         cdef dict children = {}
         for s in range(self.capacity):
-            if self.s_in_tree[s]:
+            if self.nodes[s].in_tree:
                 in_tree += 1
-                assert self.s_lock[s] >= 0, f"negative lock on page {s}"
-                if self.s_lock[s] == 0:
+                assert self.nodes[s].lock >= 0, f"negative lock on page {s}"
+                if self.nodes[s].lock == 0:
                     unlocked += 1
-                p = self.s_parent[s]
+                p = self.nodes[s].parent
                 if p >= 0:
-                    assert self.s_in_tree[p], f"page {s} has an evicted parent"
-                    assert self.s_lock[p] >= self.s_lock[s], f"parent of page {s} less locked than child"
+                    assert self.nodes[p].in_tree, f"page {s} has an evicted parent"
+                    assert self.nodes[p].lock >= self.nodes[s].lock, f"parent of page {s} less locked than child"
                     children[p] = children.get(p, 0) + 1
         for s in range(self.capacity):
-            if self.s_in_tree[s]:
-                assert children.get(s, 0) == self.s_children[s], f"child count of page {s}"
-        assert in_tree == self.index.size, "index size"
+            if self.nodes[s].in_tree:
+                assert children.get(s, 0) == self.nodes[s].children, f"child count of page {s}"
+        assert in_tree == self.n_index, "index size"
         assert unlocked == self.evictable, "evictable count"
         assert <int64_t>self.free_slots.size() <= self.capacity - in_tree, "pages double-counted"

@@ -64,7 +64,8 @@ cdef class SglangRank(Rank):
         return self.cache
 
     @property
-    def conflicts(self):
+    def readmission_conflicts(self):
+        """Admissions refused because only the request's own cached path could be evicted."""
         return self.own_path_conflicts
 
     @property

@@ -40,14 +40,17 @@ cdef inline void acc_add(BlockAcc* a, uint64_t v, int64_t k) noexcept nogil:
 
 cdef inline hash_t acc_finish(BlockAcc* a) noexcept nogil:
     if a.has_cur:
+        if a.filled == a.cur_n:
+            # a block of one run (every single-token block): one mix is enough
+            return mix64(a.cur_v * <uint64_t>0xD6E8FEB86659FD93ULL + <uint64_t>a.cur_n)
         a.h = mix64(mix64(a.h ^ a.cur_v) + <uint64_t>a.cur_n)
-    return mix64(a.h + <uint64_t>a.filled)
+    return a.h
 
 
 cdef inline hash_t chain(hash_t parent, bint has_parent, hash_t local) noexcept nogil:
     if not has_parent:
         return local
-    return mix64(parent * <hash_t>0xff51afd7ed558ccdULL ^ mix64(local + <hash_t>0x2545F4914F6CDD1DULL))
+    return mix64(parent * <hash_t>0xff51afd7ed558ccdULL ^ local)
 
 
 cdef class ReqTable:
