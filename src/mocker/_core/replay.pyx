@@ -220,15 +220,9 @@ cdef class ReplayCore:
                     tn = self.busy_until[w]
             if tn == INFINITY or tn > self.max_sim:
                 if tn == INFINITY and self.arrived > self.terminal:
-                    # nothing left to happen, yet requests are stuck: the run cannot finish;
-                    # report the requests held by the first stuck worker
-                    for w in range(self.n_workers):
-                        if self.stalled[w]:
-                            self.stalled_inflight = <int64_t>((<Rank>self.ranks[w]).waiting.size()
-                                                              + (<Rank>self.ranks[w]).running.size())
-                            break
-                    if self.stalled_inflight == 0:
-                        self.stalled_inflight = self.arrived - self.terminal
+                    # nothing left to happen, yet requests are stuck: the run cannot finish
+                    # (vLLM-style ranks: the reference reports every request still in flight)
+                    self.stalled_inflight = self.arrived - self.terminal
                 return True
             now = tn
             self.now = now

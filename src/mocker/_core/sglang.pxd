@@ -33,6 +33,7 @@ cdef class SglangRank(Rank):
     cdef void _release(self, rid_t r) noexcept nogil
     cdef void _finish(self, rid_t r, double end) noexcept nogil
     cdef void _retract(self, rid_t r) noexcept nogil
+    cdef void _drop(self, rid_t r) noexcept nogil
     cdef void _apply_lpm(self) noexcept nogil
     cdef int64_t _match_len(self, rid_t r) noexcept nogil
     cdef void _prefill_batch(self, double now) noexcept nogil

@@ -103,6 +103,16 @@ cdef class SglangRank(Rank):
         self.ins[r] = 0
         self.t.allocated[r] = 0
 
+    cdef void _drop(self, rid_t r) noexcept nogil:
+        """Unlock the request's cached path and free every page beyond it (nothing new is cached)."""
+        cdef int64_t i, n = self.ins[r]
+        self.cache.unlock_path(self.t.blocks[r].data(), n, self.touch[r])
+        for i in range(n, <int64_t>self.t.blocks[r].size()):
+            self.cache.free_page(self.t.blocks[r][i])
+        self.t.blocks[r].clear()
+        self.ins[r] = 0
+        self.t.allocated[r] = 0
+
     cdef void _finish(self, rid_t r, double end) noexcept nogil:
         self._release(r)
         self.t.status[r] = ST_COMPLETED
@@ -110,7 +120,7 @@ cdef class SglangRank(Rank):
         self.out_completed.push_back(r)
 
     cdef void _retract(self, rid_t r) noexcept nogil:
-        self._release(r)
+        self._drop(r)
         self.t.computed[r] = 0
         self.t.status[r] = ST_WAITING
         self.waiting.push_back(r)
