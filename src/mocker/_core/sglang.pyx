@@ -290,7 +290,7 @@ cdef class SglangRank(Rank):
 
         if self.batch.size() > 0:
             # prefill pass: running requests stall
-            end = now + prefill_phase_ms(&self.tm, <int64_t>self.batch.size(), self._isl, self._pre)
+            end = now + prefill_phase_ms(&self.tm, self.out.prefill_n, self._isl, self._pre)
             for r in self.batch:
                 if self.t.computed[r] < self.t.prompt_len[r] + self.t.generated[r]:
                     self._cache_materialized(r)

@@ -69,8 +69,8 @@ cdef inline double poly_decode_ms(double active_tokens, double capacity) noexcep
 
 cdef inline double prefill_phase_ms(TimingModel* tm, int64_t n, int64_t isl_sum, int64_t pre_sum) noexcept nogil:
     cdef double raw
-    if n <= 0:
-        return 0.0
+    if n <= 0 or isl_sum // n - pre_sum // n <= 0:
+        return 0.0              # nothing new to compute (e.g. fully cached zero-output requests)
     if tm.kind == TIMING_FIXED:
         raw = tm.fixed_prefill_ms
     else:
