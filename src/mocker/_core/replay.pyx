@@ -230,11 +230,7 @@ cdef class ReplayCore:
             for w in range(self.n_workers):
                 if self.busy[w] and self.busy_until[w] == now:
                     self.busy[w] = 0
-                    self.committed_prefill += (<Rank>self.ranks[w]).out.committed_prefill
-                    for r in (<Rank>self.ranks[w]).out_completed:
-                        self._on_terminal(r, now)
-                    for r in (<Rank>self.ranks[w]).out_rejected:
-                        self._on_terminal(r, now)
+                    self._complete_pass(w, now)
             # 2. admissions
             while True:
                 r = self._pop_arrival(now)
@@ -242,23 +238,34 @@ cdef class ReplayCore:
                     break
                 # a session's later turn arrives at its scheduled time, not `now`
                 self._arrive(r, now)
-            # 3. idle workers with work start a pass
+            # 3. idle workers with work start a pass; a pass that takes no time completes at
+            #    once and the worker goes on, before anything it released can arrive
             for w in range(self.n_workers):
-                if self.busy[w] or self.stalled[w] or not (<Rank>self.ranks[w]).has_work():
-                    continue
-                (<Rank>self.ranks[w]).step(now)
-                self.passes += 1
-                budget -= 1
-                if not (<Rank>self.ranks[w]).out.effect and (<Rank>self.ranks[w]).out.end == now:
-                    if (<Rank>self.ranks[w]).stall_is_fatal:
-                        self.stalled_inflight = <int64_t>((<Rank>self.ranks[w]).waiting.size()
-                                                          + (<Rank>self.ranks[w]).running.size())
-                        return True
-                    self.stalled[w] = 1
-                    continue
-                self.busy[w] = 1
-                self.busy_until[w] = (<Rank>self.ranks[w]).out.end
+                while not self.busy[w] and not self.stalled[w] and (<Rank>self.ranks[w]).has_work():
+                    (<Rank>self.ranks[w]).step(now)
+                    self.passes += 1
+                    budget -= 1
+                    if (<Rank>self.ranks[w]).out.end != now:
+                        self.busy[w] = 1
+                        self.busy_until[w] = (<Rank>self.ranks[w]).out.end
+                        break
+                    if not (<Rank>self.ranks[w]).out.effect:
+                        if (<Rank>self.ranks[w]).stall_is_fatal:
+                            self.stalled_inflight = <int64_t>((<Rank>self.ranks[w]).waiting.size()
+                                                              + (<Rank>self.ranks[w]).running.size())
+                            return True
+                        self.stalled[w] = 1
+                        break
+                    self._complete_pass(w, now)
         return False
+
+    cdef void _complete_pass(self, int64_t w, double now) noexcept nogil:
+        cdef rid_t r
+        self.committed_prefill += (<Rank>self.ranks[w]).out.committed_prefill
+        for r in (<Rank>self.ranks[w]).out_completed:
+            self._on_terminal(r, now)
+        for r in (<Rank>self.ranks[w]).out_rejected:
+            self._on_terminal(r, now)
 
     def advance(self, int64_t max_passes=1 << 62):
         """Run up to ``max_passes`` passes; returns True when the replay is finished."""
