@@ -146,9 +146,6 @@ cdef class SglangRank(Rank):
         cdef size_t i
         cdef rid_t r
         cdef hash_t key
-        # a chunk continuation stays at the head of the queue
-        while first < <int64_t>self.waiting.size() and self.t.computed[self.waiting[first]] > 0:
-            first += 1
         for i in range(first, self.waiting.size()):
             r = self.waiting[i]
             k.r = r
