@@ -311,7 +311,10 @@ cdef class SglangRank(Rank):
                     self.emit_token(r, end)
                     self.t.computed[r] = self.t.computed[r] + 1
                     self._cache_materialized(r)
-            self.prefill_rounds_remaining = self.prefill_decode_interval
+            if end > now:
+                # a batch with nothing to compute (fully cached zero-output requests) does not
+                # count as a prefill round
+                self.prefill_rounds_remaining = self.prefill_decode_interval
             effect = True
         else:
             # decode pass over the running requests
