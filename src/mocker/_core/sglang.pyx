@@ -295,11 +295,15 @@ cdef class SglangRank(Rank):
                 else:
                     self.running.push_back(r)
                     newly.push_back(r)
+            # requests that sample nothing finish first (their pages become the older ones)
+            for r in newly:
+                if self.remaining(r) == 0:
+                    self._remove_running(r)
+                    self._finish(r, end)
             for r in newly:
                 rem = self.remaining(r)
                 if rem == 0:
-                    self._remove_running(r)
-                    self._finish(r, end)
+                    continue
                 elif rem == 1:
                     self.emit_token(r, end)
                     self._remove_running(r)
