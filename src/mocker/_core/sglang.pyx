@@ -256,7 +256,8 @@ cdef class SglangRank(Rank):
 
     # -- one pass -------------------------------------------------------------------
     cdef void step(self, double now) noexcept nogil:
-        cdef bint defer = self.prefill_rounds_remaining > 0
+        # decode-only rounds after a prefill only hold back prefills while something decodes
+        cdef bint defer = self.prefill_rounds_remaining > 0 and self.running.size() > 0
         cdef bint effect = False, retracted = False
         cdef size_t i, keep
         cdef rid_t r, victim
