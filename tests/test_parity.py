@@ -11,16 +11,13 @@ order and our records are sorted with the same key before comparing.
 from __future__ import annotations
 
 import json
-import math
+import sys
 from pathlib import Path
 
 import pytest
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
 NON_SCENARIO_FILES = {"config_normalize.json", "errors.json", "errors_sglang.json"}
-
-REL_TOL = 1e-9
-ABS_TOL = 1e-9
 
 # wall-clock dependent summary keys (not simulated)
 SKIP_SUMMARY_KEYS = {"wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s"}
@@ -34,56 +31,9 @@ RECORD_FIELDS = (
 ADMISSION_FIELDS = ("at_ms", "reused_input_tokens", "is_readmission")
 
 
-# ---- canonical order (identical to tools/make_goldens.py) -------------------------------------
-def _f(x):
-    return math.inf if x is None else float(x)
-
-
-def _natural(s):
-    out, num = [], ""
-    for ch in s:
-        if ch.isdigit():
-            num += ch
-        else:
-            if num:
-                out.append((1, int(num), ""))
-                num = ""
-            out.append((2, 0, ch))
-    if num:
-        out.append((1, int(num), ""))
-    return tuple(out)
-
-
-def canonical_key(rec):
-    sid = rec.get("session_id")
-    sid_key = ("",) if sid is None else _natural(str(sid))
-    ti = rec.get("turn_index")
-    return (
-        _f(rec.get("arrival_time_ms")),
-        sid_key,
-        -1 if ti is None else ti,
-        _f(rec.get("first_admit_ms")),
-        _f(rec.get("first_token_ms")),
-        _f(rec.get("terminal_time_ms")),
-        rec.get("input_length") or 0,
-        rec.get("output_length") or 0,
-        -1 if rec.get("decode_worker_idx") is None else rec["decode_worker_idx"],
-    )
-
-
-# ---- comparison helpers -----------------------------------------------------------------------
-def values_equal(ours, ref):
-    """Numbers: rel ≤ 1e-9 or abs ≤ 1e-9; everything else (None, str, bool): exact."""
-    if isinstance(ref, bool) or isinstance(ours, bool):
-        return type(ours) is type(ref) and ours == ref
-    if isinstance(ref, (int, float)) and isinstance(ours, (int, float)):
-        if math.isnan(ref) or math.isnan(ours):
-            return math.isnan(ref) and math.isnan(ours)
-        if ref == ours:
-            return True
-        diff = abs(ours - ref)
-        return diff <= ABS_TOL or diff <= REL_TOL * max(abs(ours), abs(ref))
-    return ours == ref
+# ---- comparison rules: tools/parity_rules.py (shared with the golden writer and the fuzzer) --
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+from parity_rules import ABS_TOL, REL_TOL, canonical_key, values_equal  # noqa: E402,F401
 
 
 def _to_plain(rec):

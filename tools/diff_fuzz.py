@@ -41,6 +41,9 @@ import tempfile
 import time
 from contextlib import contextmanager
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from parity_rules import ABS_TOL, REL_TOL, canonical_key, values_equal  # noqa: E402
+
 WALL_CLOCK_KEYS = {"wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s"}
 RECORD_FIELDS = (
     "arrival_time_ms", "first_admit_ms", "terminal_time_ms", "first_token_ms", "last_token_ms",
@@ -49,7 +52,6 @@ RECORD_FIELDS = (
     "admission_count", "readmission_count", "terminal_status", "session_id", "turn_index",
 )
 ADMISSION_FIELDS = ("at_ms", "reused_input_tokens", "is_readmission")
-REL_TOL = ABS_TOL = 1e-9
 
 # ------------------------------------------------------------------------------------------------
 # worker run by --ours-python: reads {"in","out"} JSON lines on stdin, answers "done" per request
@@ -236,56 +238,8 @@ def run_ref(core, payload, quiet, timeout_s=None, tmpdir=None):
 
 
 # ------------------------------------------------------------------------------------------------
-# comparison (same rules as tests/test_parity.py)
+# comparison (rules in tools/parity_rules.py, shared with the parity tests)
 # ------------------------------------------------------------------------------------------------
-def _f(x):
-    return math.inf if x is None else float(x)
-
-
-def _natural(s):
-    out, num = [], ""
-    for ch in s:
-        if ch.isdigit():
-            num += ch
-        else:
-            if num:
-                out.append((1, int(num), ""))
-                num = ""
-            out.append((2, 0, ch))
-    if num:
-        out.append((1, int(num), ""))
-    return tuple(out)
-
-
-def canonical_key(rec):
-    sid = rec.get("session_id")
-    ti = rec.get("turn_index")
-    return (
-        _f(rec.get("arrival_time_ms")),
-        ("",) if sid is None else _natural(str(sid)),
-        -1 if ti is None else ti,
-        _f(rec.get("first_admit_ms")),
-        _f(rec.get("first_token_ms")),
-        _f(rec.get("terminal_time_ms")),
-        rec.get("input_length") or 0,
-        rec.get("output_length") or 0,
-        -1 if rec.get("decode_worker_idx") is None else rec["decode_worker_idx"],
-    )
-
-
-def values_equal(ours, ref):
-    if isinstance(ref, bool) or isinstance(ours, bool):
-        return type(ours) is type(ref) and ours == ref
-    if isinstance(ref, (int, float)) and isinstance(ours, (int, float)):
-        if ref == ours:
-            return True
-        if math.isnan(ref) or math.isnan(ours):
-            return math.isnan(ref) and math.isnan(ours)
-        d = abs(ours - ref)
-        return d <= ABS_TOL or d <= REL_TOL * max(abs(ours), abs(ref))
-    return ours == ref
-
-
 def first_difference(ours, ref, paths):
     """Return a one-line description of the first mismatch or None."""
     if not ref["ok"] or not ours["ok"]:

@@ -42,6 +42,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from parity_rules import canonical_key  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN_DIR = REPO / "tests" / "golden"
 
@@ -54,45 +57,8 @@ MAX_PER_REQUEST_BYTES = 350_000
 
 
 # --------------------------------------------------------------------------------------------
-# canonical ordering (shared verbatim with tests/test_parity.py and tools/diff_fuzz.py)
+# canonical ordering: tools/parity_rules.py
 # --------------------------------------------------------------------------------------------
-def _f(x):
-    return math.inf if x is None else float(x)
-
-
-def canonical_key(rec):
-    """Sort key for per-request records that does not depend on tie order."""
-    sid = rec.get("session_id")
-    sid_key = ("",) if sid is None else _natural(str(sid))
-    ti = rec.get("turn_index")
-    return (
-        _f(rec.get("arrival_time_ms")),
-        sid_key,
-        -1 if ti is None else ti,
-        _f(rec.get("first_admit_ms")),
-        _f(rec.get("first_token_ms")),
-        _f(rec.get("terminal_time_ms")),
-        rec.get("input_length") or 0,
-        rec.get("output_length") or 0,
-        -1 if rec.get("decode_worker_idx") is None else rec["decode_worker_idx"],
-    )
-
-
-def _natural(s):
-    out, num = [], ""
-    for ch in s:
-        if ch.isdigit():
-            num += ch
-        else:
-            if num:
-                out.append((1, int(num), ""))
-                num = ""
-            out.append((2, 0, ch))
-    if num:
-        out.append((1, int(num), ""))
-    return tuple(out)
-
-
 # --------------------------------------------------------------------------------------------
 # trace builders (all deterministic)
 # --------------------------------------------------------------------------------------------

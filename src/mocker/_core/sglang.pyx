@@ -92,16 +92,9 @@ cdef class SglangRank(Rank):
             self.ins[r] = upto
 
     cdef void _release(self, rid_t r) noexcept nogil:
-        """Cache the materialized pages, unlock the request's path, free its private pages."""
-        cdef int64_t i, n
+        """Cache the materialized pages, then drop the request's lease."""
         self._cache_materialized(r)
-        n = self.ins[r]
-        self.cache.unlock_path(self.t.blocks[r].data(), n, self.touch[r])
-        for i in range(n, <int64_t>self.t.blocks[r].size()):
-            self.cache.free_page(self.t.blocks[r][i])
-        self.t.blocks[r].clear()
-        self.ins[r] = 0
-        self.t.allocated[r] = 0
+        self._drop(r)
 
     cdef void _drop(self, rid_t r) noexcept nogil:
         """Unlock the request's cached path and free every page beyond it (nothing new is cached)."""
