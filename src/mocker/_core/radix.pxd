@@ -1,7 +1,6 @@
 # SGLang-style page radix cache (spec core-sim §5.1).  One node per cached page, keyed by
 # the page's chained hash (so a hash names the whole path from the root).
 from libcpp.vector cimport vector
-from libcpp.unordered_map cimport unordered_map
 from libcpp.queue cimport priority_queue
 from libcpp.pair cimport pair
 from libc.stdint cimport uint64_t

@@ -12,8 +12,6 @@ insert and writes it into its path when it unlocks (a locked node is never evict
 its stamp only matters from then on).
 """
 from libcpp.vector cimport vector
-from libcpp.unordered_map cimport unordered_map
-from cython.operator cimport dereference as deref
 from mocker._core._types cimport int64_t, hash_t, slot_t
 from libc.stdint cimport uint64_t
 

@@ -8,13 +8,13 @@ columns and the streaming accumulators back once.
 """
 import numpy as np
 cimport numpy as cnp
-from libc.math cimport INFINITY, NAN, isnan
+from libc.math cimport INFINITY
 from libc.stdint cimport int8_t, int32_t, int64_t, uint64_t
 from libcpp.vector cimport vector
 from libcpp.queue cimport priority_queue
 from libcpp.pair cimport pair
 from mocker._core._types cimport rid_t
-from mocker._core.table cimport ReqTable, TokRun, RUN_CONST, RUN_GEN, ST_PENDING, ST_COMPLETED, ST_REJECTED
+from mocker._core.table cimport ReqTable, TokRun, RUN_GEN, ST_COMPLETED
 from mocker._core.rank cimport Rank
 from mocker._core.stats cimport (Welford, welford_init, welford_add, welford_mean, welford_std,
                                  welford_min, welford_max, DDSketch, ddsketch_init, ddsketch_free,
