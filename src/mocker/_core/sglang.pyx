@@ -225,7 +225,7 @@ cdef class SglangRank(Rank):
                 self.own_path_conflicts += 1
             if not ok:
                 if first_adm:
-                    self._release(r)
+                    self._drop(r)           # give the matched path back
                 self.waiting.push_front(r)
                 break
             prefix_len = cached if first_adm else self.t.computed[r]
