@@ -6,3 +6,7 @@ ctypedef int32_t slot_t     # physical KV block slot
 ctypedef int64_t count_t    # token / block counters
 ctypedef uint64_t hash_t    # chained block hash
 ctypedef double ms_t        # simulated time, milliseconds
+
+
+cdef inline int64_t ceil_div(int64_t a, int64_t b) noexcept nogil:
+    return (a + b - 1) // b

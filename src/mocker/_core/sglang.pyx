@@ -10,19 +10,14 @@ materialized.
 from libcpp.vector cimport vector
 from libcpp.unordered_set cimport unordered_set
 from libcpp.algorithm cimport stable_sort
-from mocker._core._types cimport int64_t, rid_t, slot_t, hash_t
+from mocker._core._types cimport int64_t, rid_t, slot_t, hash_t, ceil_div
 from mocker._core.timing cimport prefill_phase_ms, decode_phase_ms
 from mocker._core.table cimport ReqTable, ST_WAITING, ST_RUNNING, ST_COMPLETED, ST_REJECTED
 from mocker._core.rank cimport Rank
 from mocker._core.radix cimport RadixCache
 
-cdef int64_t UNLIMITED = 1 << 62
 cdef int64_t LPM_MAX_WAITING = 128          # lpm falls back to fifo above this queue length
 cdef int64_t IN_BATCH_PREFIX_THRESHOLD = 32  # tokens
-
-
-cdef inline int64_t ceil_div(int64_t a, int64_t b) noexcept nogil:
-    return (a + b - 1) // b
 
 
 cdef struct LpmKey:

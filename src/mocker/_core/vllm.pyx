@@ -6,7 +6,7 @@ ones under the token budget, allocates blocks (preempting on failure), times the
 pass and emits one token per ready request, all stamped with the pass end.
 """
 from libcpp.vector cimport vector
-from mocker._core._types cimport int64_t, rid_t, slot_t, hash_t
+from mocker._core._types cimport int64_t, rid_t, slot_t, hash_t, ceil_div
 from mocker._core.timing cimport prefill_phase_ms, decode_phase_ms
 from mocker._core.table cimport ReqTable, ST_WAITING, ST_RUNNING, ST_COMPLETED, ST_REJECTED
 from mocker._core.blocks cimport BlockPool
@@ -17,10 +17,6 @@ cdef enum:
     SELF_PREEMPTED = -2
 
 cdef int64_t UNLIMITED = 1 << 62
-
-
-cdef inline int64_t ceil_div(int64_t a, int64_t b) noexcept nogil:
-    return (a + b - 1) // b
 
 
 cdef class VllmRank(Rank):

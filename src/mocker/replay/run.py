@@ -168,7 +168,7 @@ def run_trace_replay(trace_files: str | os.PathLike | Iterable, extra_engine_arg
     ratio, sla = _check_common(num_workers, replay_concurrency, router_mode, arrival_speedup_ratio,
                                max_sim_time_ms, sla_ttft_ms, sla_itl_ms, sla_e2e_ms,
                                prefill_engine_args, decode_engine_args)
-    config = load_config(extra_engine_args) if not isinstance(extra_engine_args, dict) else load_config(extra_engine_args)
+    config = load_config(extra_engine_args)
     if isinstance(trace_files, (str, os.PathLike)):
         trace_files = [trace_files]
     trace_files = list(trace_files)
