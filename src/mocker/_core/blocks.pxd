@@ -1,8 +1,10 @@
 # vLLM-style paged KV block pool with prefix caching (spec core-sim §4.2).
+cimport cython
 from libcpp.vector cimport vector
 from libcpp.unordered_map cimport unordered_map
 from mocker._core._types cimport int8_t, int32_t, int64_t, hash_t, slot_t
 
+@cython.final
 cdef class BlockPool:
     cdef int64_t capacity            # physical blocks (num_gpu_blocks)
     cdef bint caching                # enable_prefix_caching

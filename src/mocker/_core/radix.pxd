@@ -1,5 +1,7 @@
-# SGLang-style page radix cache (spec core-sim §5.1).  One node per cached page, keyed by
-# the page's chained hash (so a hash names the whole path from the root).
+# SGLang-style page radix cache (spec core-sim §5.1).  One node per cached page; a page's
+# chained hash names the whole path from the root.  Only children of branching nodes (and
+# of the root) are in the hash index: a chain is walked through `only_child` links.
+cimport cython
 from libcpp.vector cimport vector
 from libcpp.queue cimport priority_queue
 from libcpp.pair cimport pair
@@ -14,9 +16,13 @@ cdef struct Node:
     slot_t parent        # parent node (-1 = child of the root)
     int32_t children     # number of child nodes
     int32_t lock         # requests whose path runs through the node
-    int32_t in_tree      # 1 = tree node, 0 = free or private page
+    slot_t only_child    # the single child while the node has never branched (kids_indexed 0)
+    int8_t in_tree       # 1 = tree node, 0 = free or private page
+    int8_t indexed       # 1 = in the hash index
+    int8_t kids_indexed  # 1 = every child is in the hash index (the node has branched)
 
 
+@cython.final
 cdef class RadixCache:
     # Nodes are kept as an array of structs (one cache line holds a node): every tree
     # operation touches several fields of one randomly placed node.
@@ -26,6 +32,7 @@ cdef class RadixCache:
     cdef vector[int32_t] table       # open-addressing index: node + 1 (0 = empty), keyed by node hash
     cdef uint64_t tmask              # table size - 1
     cdef int64_t n_index             # nodes in the index
+    cdef int64_t n_tree              # nodes in the tree
     cdef vector[slot_t] free_slots   # unoccupied pages
     cdef priority_queue[HeapItem] leaves       # candidate evictable leaves (lazily validated)
     cdef int64_t evictable           # tree pages with lock 0
@@ -37,6 +44,9 @@ cdef class RadixCache:
 
     cdef int64_t tick(self) noexcept nogil
     cdef int64_t match(self, const hash_t* hs, int64_t n) noexcept nogil
+    cdef slot_t _descend(self, const hash_t* hs, int64_t n, int64_t* depth) noexcept nogil
+    cdef slot_t _child(self, slot_t p, hash_t h) noexcept nogil
+    cdef void _index_kids_of(self, slot_t p) noexcept nogil
     cdef void lock_path(self, const hash_t* hs, int64_t n, int64_t stamp, vector[slot_t]* pages) noexcept nogil
     cdef void unlock_path(self, const slot_t* pages, int64_t n, int64_t touch) noexcept nogil
     cdef bint alloc(self, int64_t k, vector[slot_t]* pages) noexcept nogil

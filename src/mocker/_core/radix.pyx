@@ -1,11 +1,16 @@
 # cython: language_level=3
 """SGLang-style page radix cache.
 
-Nodes are pages: a cached page is a tree node keyed by its chained hash, its parent is
+Nodes are pages: a cached page is a tree node named by its chained hash, its parent is
 the node of the previous page.  A request locks every node of its path (its matched
 and inserted pages); unlocked nodes are evictable, least-recently-accessed leaf first
 (``last_access`` is a logical clock that ticks once per lock / insert operation).
 Private pages (allocated, not yet inserted) belong to one request.
+
+Most of a tree is chains (one child per node), so lookups walk it: a node that has never
+had two children at once points at its only child; the children of the root and of
+branching nodes are found through an open-addressing hash index.  Inserting and
+evicting a chain page therefore touches no index at all.
 
 Stamps of locked nodes are kept lazily: a request records the tick of its latest
 insert and writes it into its path when it unlocks (a locked node is never evicted, so
@@ -29,13 +34,17 @@ cdef class RadixCache:
         blank.parent = -1
         blank.children = 0
         blank.lock = 0
+        blank.only_child = -1
         blank.in_tree = 0
+        blank.indexed = 0
+        blank.kids_indexed = 0
         self.nodes.assign(capacity, blank)
         while n < <uint64_t>(2 * capacity + 2):
             n <<= 1
         self.table.assign(n, 0)
         self.tmask = n - 1
         self.n_index = 0
+        self.n_tree = 0
         self.free_slots.reserve(capacity)
         for s in range(<slot_t>capacity - 1, -1, -1):
             self.free_slots.push_back(s)
@@ -63,6 +72,7 @@ cdef class RadixCache:
         while self.table[i] != 0:
             i = (i + 1) & self.tmask
         self.table[i] = s + 1
+        self.nodes[s].indexed = 1
         self.n_index += 1
 
     cdef void _index_del(self, slot_t s) noexcept nogil:
@@ -80,33 +90,58 @@ cdef class RadixCache:
                 self.table[i] = self.table[j]
                 i = j
         self.table[i] = 0
+        self.nodes[s].indexed = 0
         self.n_index -= 1
 
     cdef int64_t tick(self) noexcept nogil:
         self.clock += 1
         return self.clock
 
+    cdef slot_t _child(self, slot_t p, hash_t h) noexcept nogil:
+        """The child of ``p`` (-1 = the root) holding content ``h``, or -1."""
+        cdef slot_t c
+        if p >= 0:
+            if self.nodes[p].children == 0:
+                return -1
+            if not self.nodes[p].kids_indexed:
+                c = self.nodes[p].only_child
+                return c if self.nodes[c].hash == h else -1
+        # a hash names its whole path, so a hit is a child of `p`
+        return self._find(h)
+
+    cdef slot_t _descend(self, const hash_t* hs, int64_t n, int64_t* depth) noexcept nogil:
+        """Walk the leading pages of ``hs[:n]``; their count goes to ``depth``, the last node is returned."""
+        cdef int64_t i
+        cdef slot_t cur = -1, c
+        for i in range(n):
+            c = self._child(cur, hs[i])
+            if c < 0:
+                depth[0] = i
+                return cur
+            cur = c
+        depth[0] = n
+        return cur
+
     cdef int64_t match(self, const hash_t* hs, int64_t n) noexcept nogil:
         """Number of leading pages of ``hs[:n]`` present in the tree."""
-        cdef int64_t i
+        cdef int64_t depth = 0
         if not self.caching:
             return 0
-        for i in range(n):
-            if self._find(hs[i]) < 0:
-                return i
-        return n
+        self._descend(hs, n, &depth)
+        return depth
 
     cdef void lock_path(self, const hash_t* hs, int64_t n, int64_t stamp, vector[slot_t]* pages) noexcept nogil:
         """Lock the first ``n`` (matched) pages, refresh their access stamp, append them to ``pages``."""
-        cdef int64_t i
-        cdef slot_t s
-        for i in range(n):
-            s = self._find(hs[i])
+        cdef int64_t depth = 0, base = <int64_t>pages.size(), i
+        cdef slot_t s = self._descend(hs, n, &depth)
+        pages.resize(base + n)
+        for i in range(n - 1, -1, -1):
             if self.nodes[s].lock == 0:
                 self.evictable -= 1
             self.nodes[s].lock += 1
             self.nodes[s].stamp = stamp
-            pages.push_back(s)
+            pages[0][base + i] = s
+            s = self.nodes[s].parent
 
     cdef void unlock_path(self, const slot_t* pages, int64_t n, int64_t touch) noexcept nogil:
         """Release one holder of each tree page of a path; freed leaves become evictable."""
@@ -140,10 +175,12 @@ cdef class RadixCache:
                         or self.nodes[s].stamp != stamp):
                     s = -1
                     continue            # stale entry
-            self._index_del(s)
+            if self.nodes[s].indexed:
+                self._index_del(s)
             if self.record_events:
                 self.ev_removed.push_back(self.nodes[s].hash)
             self.nodes[s].in_tree = 0
+            self.n_tree -= 1
             self.evictable -= 1
             self.evictions += 1
             self.free_slots.push_back(s)
@@ -152,6 +189,8 @@ cdef class RadixCache:
             s = -1
             if p >= 0:
                 self.nodes[p].children -= 1
+                if self.nodes[p].children == 0:
+                    self.nodes[p].kids_indexed = 0
                 if self.nodes[p].children == 0 and self.nodes[p].lock == 0:
                     item = HeapItem(-self.nodes[p].stamp, -p)
                     if self.leaves.empty() or item > self.leaves.top():
@@ -182,16 +221,18 @@ cdef class RadixCache:
     cdef void free_page(self, slot_t s) noexcept nogil:
         self.free_slots.push_back(s)
 
+    cdef void _index_kids_of(self, slot_t p) noexcept nogil:
+        """``p`` gets a second child: its existing only child joins the hash index."""
+        self._index_put(self.nodes[p].only_child)
+        self.nodes[p].kids_indexed = 1
+
     cdef slot_t insert_page(self, slot_t page, hash_t h, slot_t parent, int64_t stamp) noexcept nogil:
         """Insert private ``page`` holding content ``h`` under ``parent``, locked by its owner.
 
         If ``h`` is already cached the private duplicate is freed and the existing node is
         locked instead.  Returns the node now holding the content.
         """
-        cdef slot_t s = -1
-        # a hash names its whole path, so it can only be cached as a child of `parent`
-        if parent < 0 or self.nodes[parent].children > 0:
-            s = self._find(h)
+        cdef slot_t s = self._child(parent, h)
         if s >= 0:
             self.free_slots.push_back(page)
             if self.nodes[s].lock == 0:
@@ -200,13 +241,22 @@ cdef class RadixCache:
             self.nodes[s].stamp = stamp
             return s
         self.nodes[page].hash = h
-        self._index_put(page)
         self.nodes[page].parent = parent
         self.nodes[page].children = 0
         self.nodes[page].lock = 1
         self.nodes[page].stamp = stamp
         self.nodes[page].in_tree = 1
-        if parent >= 0:
+        self.nodes[page].kids_indexed = 0
+        self.n_tree += 1
+        if parent < 0:
+            self._index_put(page)
+        else:
+            if self.nodes[parent].children == 0:
+                self.nodes[parent].only_child = page
+            else:
+                if not self.nodes[parent].kids_indexed:
+                    self._index_kids_of(parent)
+                self._index_put(page)
             self.nodes[parent].children += 1
         if self.record_events:
             self.ev_stored.push_back(h)
@@ -223,11 +273,15 @@ cdef class RadixCache:
 
     @property
     def num_cached_pages(self):
+        return self.n_tree
+
+    @property
+    def num_indexed_pages(self):
         return self.n_index
 
     def check_invariants(self):
         """Raise AssertionError if the cache's bookkeeping is inconsistent."""
-        cdef int64_t s, in_tree = 0, unlocked = 0
+        cdef int64_t s, in_tree = 0, unlocked = 0, indexed = 0
         cdef dict children = {}
         for s in range(self.capacity):
             if self.nodes[s].in_tree:
@@ -236,6 +290,14 @@ cdef class RadixCache:
                 if self.nodes[s].lock == 0:
                     unlocked += 1
                 p = self.nodes[s].parent
+                if self.nodes[s].indexed:
+                    indexed += 1
+                    assert self._find(self.nodes[s].hash) == s, f"page {s} not found through the index"
+                if p < 0 or self.nodes[p].kids_indexed:
+                    assert self.nodes[s].indexed, f"page {s} must be indexed"
+                else:
+                    assert self.nodes[p].children == 1 and self.nodes[p].only_child == s, \
+                        f"page {s} is not its unbranched parent's only child"
                 if p >= 0:
                     assert self.nodes[p].in_tree, f"page {s} has an evicted parent"
                     assert self.nodes[p].lock >= self.nodes[s].lock, f"parent of page {s} less locked than child"
@@ -243,6 +305,7 @@ cdef class RadixCache:
         for s in range(self.capacity):
             if self.nodes[s].in_tree:
                 assert children.get(s, 0) == self.nodes[s].children, f"child count of page {s}"
-        assert in_tree == self.n_index, "index size"
+        assert in_tree == self.n_tree, "tree size"
+        assert indexed == self.n_index, "index size"
         assert unlocked == self.evictable, "evictable count"
         assert <int64_t>self.free_slots.size() <= self.capacity - in_tree, "pages double-counted"

@@ -1,12 +1,14 @@
 # One rank of the SGLang-style scheduler (spec core-sim §5): prefill and decode passes
 # alternate, admission reserves output room with a decaying new-token ratio, memory
 # pressure retracts decodes, the prefix cache is a page radix tree.
+cimport cython
 from libcpp.vector cimport vector
 from mocker._core._types cimport int64_t, rid_t
 from mocker._core.rank cimport Rank
 from mocker._core.radix cimport RadixCache
 
 
+@cython.final
 cdef class SglangRank(Rank):
     cdef RadixCache cache
     cdef bint caching                 # enable_prefix_caching

@@ -1,5 +1,6 @@
 # The run's request table: structure-of-arrays per-request state shared by the
 # ranks (scheduling state) and the replay driver (arrival, metrics).
+cimport cython
 from libcpp.vector cimport vector
 from mocker._core._types cimport int8_t, int32_t, int64_t, uint64_t, rid_t, slot_t, hash_t
 
@@ -23,6 +24,7 @@ cdef struct TokRun:
     int64_t n          # number of tokens
 
 
+@cython.final
 cdef class ReqTable:
     cdef public int64_t n             # number of requests
     cdef int64_t block_size            # engine block size used for hashing

@@ -109,54 +109,66 @@ cdef class ReqTable:
         cdef vector[hash_t]* hs = &self.hashes[r]
         cdef vector[TokRun]* tl = &self.tail[r]
         cdef vector[TokRun]* runs = &self.prompt[r]
-        cdef int64_t i, left, take, g, k, rep
-        cdef uint64_t val
+        # only tokens of the final partial block are kept as tail pieces
+        cdef int64_t tail_from = (self.prompt_len[r] // bs) * bs
+        cdef int64_t pos = 0
+        cdef int64_t i, left, take, g, k, rep, q, rm, n
         cdef TokRun piece, run
         if self.hashed[r]:
             return
         hs.clear()
         tl.clear()
+        hs.reserve(self.prompt_len[r] // bs + 1)
         acc_reset(&acc)
         for i in range(<int64_t>runs.size()):
             run = runs[0][i]
             left = run.n
             g = 0
+            q = 0           # RUN_RANGE: index of the current value, tokens of it consumed
+            rm = 0
             while left > 0:
                 take = bs - acc.filled
                 if take > left:
                     take = left
                 if run.kind == RUN_CONST:
                     acc_add(&acc, run.v, take)
-                    piece = run
-                    piece.n = take
-                    tl.push_back(piece)
+                    if pos >= tail_from:
+                        piece = run
+                        piece.n = take
+                        tl.push_back(piece)
                 elif run.kind == RUN_GEN:
                     for k in range(take):
                         acc_add(&acc, gen_token(run.v, run.start + g + k), 1)
-                    piece = run
-                    piece.start = run.start + g
-                    piece.n = take
-                    tl.push_back(piece)
+                    if pos >= tail_from:
+                        piece = run
+                        piece.start = run.start + g
+                        piece.n = take
+                        tl.push_back(piece)
                 else:  # RUN_RANGE: values v, v+1, ... each repeated `start` times
                     rep = run.start
                     k = 0
                     while k < take:
-                        val = run.v + <uint64_t>((g + k) // rep)
-                        piece.n = rep - (g + k) % rep
-                        if piece.n > take - k:
-                            piece.n = take - k
-                        acc_add(&acc, val, piece.n)
-                        piece.kind = RUN_CONST
-                        piece.v = val
-                        piece.start = 0
-                        tl.push_back(piece)
-                        k += piece.n
+                        n = rep - rm
+                        if n > take - k:
+                            n = take - k
+                        acc_add(&acc, run.v + <uint64_t>q, n)
+                        if pos >= tail_from:
+                            piece.kind = RUN_CONST
+                            piece.v = run.v + <uint64_t>q
+                            piece.start = 0
+                            piece.n = n
+                            tl.push_back(piece)
+                        k += n
+                        rm += n
+                        if rm == rep:
+                            rm = 0
+                            q += 1
                 g += take
+                pos += take
                 left -= take
                 if acc.filled == bs:
                     hs.push_back(chain(hs.back() if hs.size() > 0 else 0, hs.size() > 0, acc_finish(&acc)))
                     acc_reset(&acc)
-                    tl.clear()
         vector[TokRun]().swap(runs[0])
         self.hashed[r] = 1
 
