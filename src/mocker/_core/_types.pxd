@@ -10,3 +10,15 @@ ctypedef double ms_t        # simulated time, milliseconds
 
 cdef inline int64_t ceil_div(int64_t a, int64_t b) noexcept nogil:
     return (a + b - 1) // b
+
+
+cdef extern from *:
+    """
+    #if defined(__GNUC__) || defined(__clang__)
+    #define MOCKER_PREFETCH(p) __builtin_prefetch((p), 1)
+    #else
+    #define MOCKER_PREFETCH(p) ((void)0)
+    #endif
+    """
+    # hint that *p is about to be written (no-op where unsupported)
+    void prefetch_w "MOCKER_PREFETCH" (const void* p) noexcept nogil

@@ -6,29 +6,34 @@ from libcpp.vector cimport vector
 from libcpp.queue cimport priority_queue
 from libcpp.pair cimport pair
 from libc.stdint cimport uint64_t
-from mocker._core._types cimport int8_t, int32_t, int64_t, hash_t, slot_t
+from mocker._core._types cimport int8_t, int32_t, int64_t, hash_t, slot_t, prefetch_w
 
 ctypedef pair[int64_t, slot_t] HeapItem     # (-stamp, -slot): the max-heap pops the oldest leaf
 
 cdef struct Node:
     hash_t hash          # page hash (tree nodes)
     int64_t stamp        # last access (logical clock)
-    slot_t parent        # parent node (-1 = child of the root)
     int32_t children     # number of child nodes
     int32_t lock         # requests whose path runs through the node
-    slot_t only_child    # the single child while the node has never branched (kids_indexed 0)
-    int8_t in_tree       # 1 = tree node, 0 = free or private page
-    int8_t indexed       # 1 = in the hash index
-    int8_t kids_indexed  # 1 = every child is in the hash index (the node has branched)
+    slot_t only_child    # the single child while the node has never branched, else BRANCHED
+                         # (then every child is in the hash index)
+
+# 32 bytes: two nodes per cache line, none straddles one.  Parents live in their own
+# small array: eviction walks a chain through them while the node accesses overlap.
+cdef enum:
+    ROOT = -1
+    OFF_TREE = -2
+    BRANCHED = -2
 
 
 @cython.final
 cdef class RadixCache:
-    # Nodes are kept as an array of structs (one cache line holds a node): every tree
-    # operation touches several fields of one randomly placed node.
+    # Nodes are kept as an array of structs: every tree operation touches several fields
+    # of one node.
     cdef int64_t capacity            # pages
     cdef bint caching                # enable_prefix_caching (off: nothing is ever inserted)
     cdef vector[Node] nodes          # one per page slot
+    cdef vector[slot_t] parent       # per page slot: parent node, ROOT or OFF_TREE (free or private)
     cdef vector[int32_t] table       # open-addressing index: node + 1 (0 = empty), keyed by node hash
     cdef uint64_t tmask              # table size - 1
     cdef int64_t n_index             # nodes in the index
@@ -43,10 +48,13 @@ cdef class RadixCache:
     cdef vector[hash_t] ev_removed
 
     cdef int64_t tick(self) noexcept nogil
+    cdef inline void prefetch(self, slot_t s) noexcept nogil:
+        prefetch_w(&self.nodes[s])
     cdef int64_t match(self, const hash_t* hs, int64_t n) noexcept nogil
     cdef slot_t _descend(self, const hash_t* hs, int64_t n, int64_t* depth) noexcept nogil
     cdef slot_t _child(self, slot_t p, hash_t h) noexcept nogil
     cdef void _index_kids_of(self, slot_t p) noexcept nogil
+    cdef bint _indexed(self, slot_t s) noexcept nogil
     cdef void lock_path(self, const hash_t* hs, int64_t n, int64_t stamp, vector[slot_t]* pages) noexcept nogil
     cdef void unlock_path(self, const slot_t* pages, int64_t n, int64_t touch) noexcept nogil
     cdef bint alloc(self, int64_t k, vector[slot_t]* pages) noexcept nogil

@@ -31,14 +31,11 @@ cdef class RadixCache:
         self.record_events = record_events
         blank.hash = 0
         blank.stamp = 0
-        blank.parent = -1
         blank.children = 0
         blank.lock = 0
-        blank.only_child = -1
-        blank.in_tree = 0
-        blank.indexed = 0
-        blank.kids_indexed = 0
+        blank.only_child = BRANCHED
         self.nodes.assign(capacity, blank)
+        self.parent.assign(capacity, OFF_TREE)
         while n < <uint64_t>(2 * capacity + 2):
             n <<= 1
         self.table.assign(n, 0)
@@ -72,7 +69,6 @@ cdef class RadixCache:
         while self.table[i] != 0:
             i = (i + 1) & self.tmask
         self.table[i] = s + 1
-        self.nodes[s].indexed = 1
         self.n_index += 1
 
     cdef void _index_del(self, slot_t s) noexcept nogil:
@@ -90,7 +86,6 @@ cdef class RadixCache:
                 self.table[i] = self.table[j]
                 i = j
         self.table[i] = 0
-        self.nodes[s].indexed = 0
         self.n_index -= 1
 
     cdef int64_t tick(self) noexcept nogil:
@@ -103,7 +98,7 @@ cdef class RadixCache:
         if p >= 0:
             if self.nodes[p].children == 0:
                 return -1
-            if not self.nodes[p].kids_indexed:
+            if self.nodes[p].only_child != BRANCHED:
                 c = self.nodes[p].only_child
                 return c if self.nodes[c].hash == h else -1
         # a hash names its whole path, so a hit is a child of `p`
@@ -141,7 +136,7 @@ cdef class RadixCache:
             self.nodes[s].lock += 1
             self.nodes[s].stamp = stamp
             pages[0][base + i] = s
-            s = self.nodes[s].parent
+            s = self.parent[s]
 
     cdef void unlock_path(self, const slot_t* pages, int64_t n, int64_t touch) noexcept nogil:
         """Release one holder of each tree page of a path; freed leaves become evictable."""
@@ -149,6 +144,8 @@ cdef class RadixCache:
         cdef slot_t s
         for i in range(n - 1, -1, -1):
             s = pages[i]
+            if i >= 8:
+                self.prefetch(pages[i - 8])
             if touch > self.nodes[s].stamp:
                 self.nodes[s].stamp = touch
             self.nodes[s].lock -= 1
@@ -171,26 +168,28 @@ cdef class RadixCache:
                 stamp = -self.leaves.top().first
                 s = -self.leaves.top().second
                 self.leaves.pop()
-                if (not self.nodes[s].in_tree or self.nodes[s].lock != 0 or self.nodes[s].children != 0
+                if (self.parent[s] == OFF_TREE or self.nodes[s].lock != 0 or self.nodes[s].children != 0
                         or self.nodes[s].stamp != stamp):
                     s = -1
                     continue            # stale entry
-            if self.nodes[s].indexed:
+            if self._indexed(s):
                 self._index_del(s)
             if self.record_events:
                 self.ev_removed.push_back(self.nodes[s].hash)
-            self.nodes[s].in_tree = 0
+            p = self.parent[s]
+            self.parent[s] = OFF_TREE
             self.n_tree -= 1
             self.evictable -= 1
             self.evictions += 1
             self.free_slots.push_back(s)
             k -= 1
-            p = self.nodes[s].parent
             s = -1
             if p >= 0:
+                if self.parent[p] >= 0:
+                    self.prefetch(self.parent[p])       # the chain's next node, two steps ahead
                 self.nodes[p].children -= 1
                 if self.nodes[p].children == 0:
-                    self.nodes[p].kids_indexed = 0
+                    self.nodes[p].only_child = BRANCHED     # (unused while childless)
                 if self.nodes[p].children == 0 and self.nodes[p].lock == 0:
                     item = HeapItem(-self.nodes[p].stamp, -p)
                     if self.leaves.empty() or item > self.leaves.top():
@@ -224,7 +223,11 @@ cdef class RadixCache:
     cdef void _index_kids_of(self, slot_t p) noexcept nogil:
         """``p`` gets a second child: its existing only child joins the hash index."""
         self._index_put(self.nodes[p].only_child)
-        self.nodes[p].kids_indexed = 1
+        self.nodes[p].only_child = BRANCHED
+
+    cdef bint _indexed(self, slot_t s) noexcept nogil:
+        cdef slot_t p = self.parent[s]
+        return p == ROOT or self.nodes[p].only_child == BRANCHED
 
     cdef slot_t insert_page(self, slot_t page, hash_t h, slot_t parent, int64_t stamp) noexcept nogil:
         """Insert private ``page`` holding content ``h`` under ``parent``, locked by its owner.
@@ -241,12 +244,11 @@ cdef class RadixCache:
             self.nodes[s].stamp = stamp
             return s
         self.nodes[page].hash = h
-        self.nodes[page].parent = parent
+        self.parent[page] = parent
         self.nodes[page].children = 0
         self.nodes[page].lock = 1
         self.nodes[page].stamp = stamp
-        self.nodes[page].in_tree = 1
-        self.nodes[page].kids_indexed = 0
+        self.nodes[page].only_child = BRANCHED
         self.n_tree += 1
         if parent < 0:
             self._index_put(page)
@@ -254,7 +256,7 @@ cdef class RadixCache:
             if self.nodes[parent].children == 0:
                 self.nodes[parent].only_child = page
             else:
-                if not self.nodes[parent].kids_indexed:
+                if self.nodes[parent].only_child != BRANCHED:
                     self._index_kids_of(parent)
                 self._index_put(page)
             self.nodes[parent].children += 1
@@ -283,27 +285,28 @@ cdef class RadixCache:
         """Raise AssertionError if the cache's bookkeeping is inconsistent."""
         cdef int64_t s, in_tree = 0, unlocked = 0, indexed = 0
         cdef dict children = {}
+        for s in range(<int64_t>self.table.size()):
+            if self.table[s] != 0:
+                indexed += 1
+                assert self.parent[self.table[s] - 1] != OFF_TREE, "index holds an evicted page"
         for s in range(self.capacity):
-            if self.nodes[s].in_tree:
+            if self.parent[s] != OFF_TREE:
                 in_tree += 1
                 assert self.nodes[s].lock >= 0, f"negative lock on page {s}"
                 if self.nodes[s].lock == 0:
                     unlocked += 1
-                p = self.nodes[s].parent
-                if self.nodes[s].indexed:
-                    indexed += 1
+                p = self.parent[s]
+                if self._indexed(s):
                     assert self._find(self.nodes[s].hash) == s, f"page {s} not found through the index"
-                if p < 0 or self.nodes[p].kids_indexed:
-                    assert self.nodes[s].indexed, f"page {s} must be indexed"
                 else:
                     assert self.nodes[p].children == 1 and self.nodes[p].only_child == s, \
                         f"page {s} is not its unbranched parent's only child"
                 if p >= 0:
-                    assert self.nodes[p].in_tree, f"page {s} has an evicted parent"
+                    assert self.parent[p] != OFF_TREE, f"page {s} has an evicted parent"
                     assert self.nodes[p].lock >= self.nodes[s].lock, f"parent of page {s} less locked than child"
                     children[p] = children.get(p, 0) + 1
         for s in range(self.capacity):
-            if self.nodes[s].in_tree:
+            if self.parent[s] != OFF_TREE:
                 assert children.get(s, 0) == self.nodes[s].children, f"child count of page {s}"
         assert in_tree == self.n_tree, "tree size"
         assert indexed == self.n_index, "index size"

@@ -80,6 +80,8 @@ cdef class SglangRank(Rank):
         cdef int64_t stamp = self.cache.tick()
         self.touch[r] = stamp
         for i in range(self.ins[r], upto):
+            if i + 8 < upto:
+                self.cache.prefetch(self.t.blocks[r][i + 8])
             parent = self.t.blocks[r][i - 1] if i > 0 else -1
             self.t.blocks[r][i] = self.cache.insert_page(self.t.blocks[r][i], self.t.block_hash(r, i),
                                                          parent, stamp)
