@@ -55,7 +55,12 @@ def _build_parser() -> argparse.ArgumentParser:
     e.add_argument("--extra-engine-args", default=None, metavar="JSON_OR_PATH",
                    help='engine config: inline JSON or a JSON file ({"engine": {...}} or flat)')
     e.add_argument("--num-workers", type=_positive_int, default=1)
-    e.add_argument("--router-mode", default="round_robin", choices=["round_robin"])
+    e.add_argument("--router-mode", default="round_robin", choices=["round_robin", "kv_router"])
+    e.add_argument("--router-config", default=None, metavar="JSON_OR_PATH",
+                   help="KV router settings (overlap_score_credit, prefill_load_scale, "
+                        "decode_active_request_weight, router_temperature, router_seed, ...)")
+    e.add_argument("--kv-event-lag-ms", type=_float, default=None,
+                   help="delay before a worker's KV events reach the router")
     a = r.add_argument_group("arrivals and limits")
     a.add_argument("--arrival-speedup-ratio", type=_float, default=1.0)
     a.add_argument("--replay-concurrency", type=_positive_int, default=None,
@@ -115,6 +120,7 @@ def _replay(args) -> int:
     progress = _Progress(enabled=not args.quiet and sys.stderr.isatty())
     common = dict(extra_engine_args=args.extra_engine_args, num_workers=args.num_workers,
                   replay_concurrency=args.replay_concurrency, router_mode=args.router_mode,
+                  router_config=args.router_config, kv_event_lag_ms=args.kv_event_lag_ms,
                   arrival_speedup_ratio=args.arrival_speedup_ratio,
                   max_sim_time_ms=args.max_sim_time_ms, sla_ttft_ms=args.sla_ttft_ms,
                   sla_itl_ms=args.sla_itl_ms, sla_e2e_ms=args.sla_e2e_ms,
@@ -169,8 +175,13 @@ def main(argv=None) -> int:
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         sys.stderr.write(f"mocker replay: error: {msg}\n")
         return 2
+    except BrokenPipeError:
+        # the reader went away (`mocker replay ... | head`): not an error of the run
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except OSError as exc:
-        sys.stderr.write(f"mocker replay: error: {exc.filename or ''}: {exc.strerror}\n")
+        where = f"{exc.filename}: " if exc.filename else ""
+        sys.stderr.write(f"mocker replay: error: {where}{exc.strerror}\n")
         return 2
     except KeyboardInterrupt:
         sys.stderr.write("mocker replay: interrupted\n")

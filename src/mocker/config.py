@@ -335,3 +335,151 @@ def load_config(value: Any) -> dict:
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{path}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     return normalize_config(value)
+
+
+# -- KV router (spec core-sim §6.5) ------------------------------------------------------
+# Every key the reference's KvRouterConfig accepts, with its default.  The ones that change
+# nothing in an offline replay (indexer threads, TTLs, replica sync, remote indexers, ...)
+# are accepted and ignored, as the reference does.
+ROUTER_DEFAULTS: dict[str, Any] = {
+    "overlap_score_credit": 1.0,
+    "overlap_score_credit_decay": 0.0,
+    "prefill_load_scale": 1.0,
+    "decode_active_request_weight": 0.0,
+    "overlap_score_weight": None,             # deprecated alias of prefill_load_scale
+    "host_cache_hit_weight": 0.75,
+    "disk_cache_hit_weight": 0.25,
+    "router_temperature": 0.0,
+    "use_kv_events": True,
+    "durable_kv_events": False,
+    "router_replica_sync": False,
+    "router_track_active_blocks": True,
+    "router_track_output_blocks": False,
+    "router_assume_kv_reuse": True,
+    "router_track_prefill_tokens": True,
+    "router_tracking_hash": "public-xxh3-v1",
+    "router_tracking_key_file": None,
+    "router_tracking_key_id": None,
+    "router_prefill_load_model": "none",
+    "router_snapshot_threshold": None,
+    "router_reset_states": False,
+    "router_ttl_secs": 120.0,
+    "router_approximate_cache_policy": "ttl",
+    "router_queue_threshold": None,
+    "router_policy_config": None,
+    "router_event_threads": 4,
+    "skip_initial_worker_wait": False,
+    "router_queue_policy": "fcfs",
+    "use_remote_indexer": False,
+    "serve_indexer": False,
+    "enable_session_prefix_index": False,
+    "shared_cache_multiplier": None,
+    "shared_cache_type": "none",
+    "router_predicted_ttl_secs": None,
+    "conditional_disagg_enabled": False,
+    "conditional_disagg_policy": None,
+    "conditional_disagg_eff_isl_threshold": None,
+    "conditional_disagg_eff_isl_ratio_threshold": None,
+    "conditional_disagg_prefill_busy_threshold": None,
+    "conditional_disagg_decode_busy_threshold": None,
+    # mocker's own: seed of the tie-breaking generator (the reference breaks ties unseeded)
+    "router_seed": 0,
+}
+_ROUTER_BOOLS = ("use_kv_events", "durable_kv_events", "router_replica_sync", "router_track_active_blocks",
+                 "router_track_output_blocks", "router_assume_kv_reuse", "router_track_prefill_tokens",
+                 "router_reset_states", "skip_initial_worker_wait", "use_remote_indexer", "serve_indexer",
+                 "enable_session_prefix_index", "conditional_disagg_enabled")
+_ROUTER_RANGES = {
+    "overlap_score_credit": "overlap_score_credit must be a finite, non-negative number",
+    "overlap_score_credit_decay": "overlap_score_credit_decay must be finite and non-negative",
+    "prefill_load_scale": "prefill_load_scale must be finite and non-negative",
+    "decode_active_request_weight": "decode_active_request_weight must be finite and non-negative",
+    "router_temperature": "router_temperature must be finite and non-negative",
+}
+
+
+def _router_error(msg: str) -> ConfigError:
+    return ConfigError(f"invalid router config: {msg}")
+
+
+def normalize_router_config(value: Any = None) -> dict:
+    """Router settings (dict, JSON string or JSON file path) with defaults filled in.
+
+    Keys and error texts follow the reference's ``KvRouterConfig``; settings that would
+    change placement in ways mocker does not model are refused, never ignored.
+    """
+    if value is None:
+        raw: dict = {}
+    else:
+        if isinstance(value, os.PathLike) or (isinstance(value, str) and not value.lstrip().startswith("{")):
+            path = os.fspath(value)
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    value = fh.read()
+            except OSError as exc:
+                raise ConfigError(f"cannot read router config file {path}: {exc.strerror}") from None
+        if isinstance(value, (str, bytes)):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as exc:
+                raise _router_error(f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+        if not isinstance(value, dict):
+            raise _router_error(f"expected a JSON object, got {_type_name(value)}")
+        raw = dict(value)
+    unknown = [k for k in raw if k not in ROUTER_DEFAULTS]
+    if unknown:
+        raise _router_error(f"unknown field `{unknown[0]}`, " + _expected(ROUTER_DEFAULTS))
+    out = dict(ROUTER_DEFAULTS)
+    out.update({k: v for k, v in raw.items()})
+    for key in _ROUTER_BOOLS:
+        if not isinstance(out[key], bool):
+            raise _router_error(f"{key}: invalid type: {_type_name(out[key])}, expected a boolean")
+    for key, msg in _ROUTER_RANGES.items():
+        v = out[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise _router_error(f"{key}: invalid type: {_type_name(v)}, expected f64")
+        if not math.isfinite(v) or v < 0:
+            raise _router_error(msg)
+        out[key] = float(v)
+    osw = out.pop("overlap_score_weight")
+    if osw is not None:
+        if isinstance(osw, bool) or not isinstance(osw, (int, float)):
+            raise _router_error(f"overlap_score_weight: invalid type: {_type_name(osw)}, expected f64")
+        if not math.isfinite(osw) or osw < 0:
+            raise _router_error(_ROUTER_RANGES["prefill_load_scale"])
+        out["prefill_load_scale"] = float(osw)        # the alias wins; a zero weight drops the credit too
+        if osw == 0:
+            out["overlap_score_credit"] = 0.0
+    if out["router_tracking_hash"] not in ("public-xxh3-v1", "keyed-xxh3-v1"):
+        raise _router_error(f"router_tracking_hash must be public-xxh3-v1 or keyed-xxh3-v1, "
+                            f"got {json.dumps(out['router_tracking_hash'])}")
+    if out["router_prefill_load_model"] not in ("none", "ais"):
+        raise _router_error(f"unknown prefill load model: {json.dumps(out['router_prefill_load_model'])}, "
+                            "expected 'none' or 'ais'")
+    if out["router_approximate_cache_policy"] not in ("ttl", "lru"):
+        raise _router_error(f"unknown approximate cache policy {json.dumps(out['router_approximate_cache_policy'])}, "
+                            "expected 'ttl' or 'lru'")
+    if out["router_approximate_cache_policy"] == "lru" and out["use_kv_events"]:
+        raise _router_error("router_approximate_cache_policy=lru requires use_kv_events=false; "
+                            "the local side indexer is TTL-only")
+    if out["router_queue_policy"] not in ("fcfs", "lcfs", "wspt"):
+        raise _router_error(f"unknown queue policy: {json.dumps(out['router_queue_policy'])}, "
+                            "expected 'fcfs', 'lcfs', or 'wspt'")
+    ev = out["router_event_threads"]
+    if isinstance(ev, bool) or not isinstance(ev, int) or ev < 1:
+        raise _router_error("router_event_threads must be at least 1")
+    qt = out["router_queue_threshold"]
+    if qt is not None:
+        if isinstance(qt, bool) or not isinstance(qt, (int, float)) or not qt >= 0:
+            raise _router_error("router_queue_threshold must be greater than or equal to 0")
+        raise _router_error("router_queue_threshold (the router's request queue) is not supported by mocker yet")
+    if out["router_prefill_load_model"] == "ais":
+        raise _router_error("router_prefill_load_model='ais' is not supported by mocker yet")
+    if out["overlap_score_credit_decay"] > 0:
+        raise _router_error("overlap_score_credit_decay > 0 is not supported by mocker yet")
+    if out["router_track_output_blocks"]:
+        raise _router_error("router_track_output_blocks=true is not supported by mocker yet")
+    seed = out["router_seed"]
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2 ** 64:
+        raise _router_error(f"router_seed: expected an integer in [0, 2^64), got {seed!r}")
+    return out

@@ -8,6 +8,12 @@ ctypedef uint64_t hash_t    # chained block hash
 ctypedef double ms_t        # simulated time, milliseconds
 
 
+# a KV cache event: a block (page) hash became cached on a worker, or its last copy left
+cdef struct KvEvent:
+    hash_t h
+    int8_t stored        # 1 = stored, 0 = removed
+
+
 cdef inline int64_t ceil_div(int64_t a, int64_t b) noexcept nogil:
     return (a + b - 1) // b
 

@@ -2,7 +2,7 @@
 cimport cython
 from libcpp.vector cimport vector
 from libcpp.unordered_map cimport unordered_map
-from mocker._core._types cimport int8_t, int32_t, int64_t, hash_t, slot_t
+from mocker._core._types cimport int8_t, int32_t, int64_t, hash_t, slot_t, KvEvent
 
 @cython.final
 cdef class BlockPool:
@@ -26,8 +26,7 @@ cdef class BlockPool:
     cdef int64_t evictions           # total evicted copies
     # KV events of the current pass (hashes), drained by the caller
     cdef bint record_events
-    cdef vector[hash_t] ev_stored
-    cdef vector[hash_t] ev_removed
+    cdef vector[KvEvent] events      # KV events since the caller last drained them (in order)
 
     cdef inline int64_t num_active(self) noexcept nogil:
         return (self.capacity - <int64_t>self.free_slots.size()) - self.lru_len + self.reserved

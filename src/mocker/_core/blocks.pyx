@@ -8,7 +8,7 @@ hits attach to.  Released cached copies go to the LRU tail; eviction pops the he
 from cython.operator cimport dereference as deref
 from libcpp.vector cimport vector
 from libcpp.unordered_map cimport unordered_map
-from mocker._core._types cimport int64_t, uint64_t, hash_t, slot_t
+from mocker._core._types cimport int64_t, uint64_t, hash_t, slot_t, KvEvent
 
 
 cdef class BlockPool:
@@ -76,7 +76,7 @@ cdef class BlockPool:
             else:
                 self.by_hash.erase(h)
                 if self.record_events:
-                    self.ev_removed.push_back(h)
+                    self.events.push_back(KvEvent(h, 0))
         else:
             c = head
             while self.s_dup_next[c] != s:
@@ -98,7 +98,7 @@ cdef class BlockPool:
         if it == self.by_hash.end():
             self.by_hash[h] = s
             if self.record_events:
-                self.ev_stored.push_back(h)
+                self.events.push_back(KvEvent(h, 1))
         else:
             c = deref(it).second
             while self.s_dup_next[c] >= 0:
@@ -190,6 +190,10 @@ cdef class BlockPool:
     @property
     def num_free_blocks(self):
         return <int64_t>self.free_slots.size()
+
+    def cached_hashes(self):
+        """The set of block hashes with a cached copy (what KV events have announced)."""
+        return {kv.first for kv in self.by_hash}
 
     def check_invariants(self):
         """Raise AssertionError if the pool's bookkeeping is inconsistent."""

@@ -6,7 +6,7 @@ from libcpp.vector cimport vector
 from libcpp.queue cimport priority_queue
 from libcpp.pair cimport pair
 from libc.stdint cimport uint64_t
-from mocker._core._types cimport int8_t, int32_t, int64_t, hash_t, slot_t, prefetch_w
+from mocker._core._types cimport int8_t, int32_t, int64_t, hash_t, slot_t, KvEvent, prefetch_w
 
 ctypedef pair[int64_t, slot_t] HeapItem     # (-stamp, -slot): the max-heap pops the oldest leaf
 
@@ -44,8 +44,7 @@ cdef class RadixCache:
     cdef int64_t clock               # logical clock: one tick per match-lock / insert operation
     cdef int64_t evictions
     cdef bint record_events
-    cdef vector[hash_t] ev_stored
-    cdef vector[hash_t] ev_removed
+    cdef vector[KvEvent] events      # KV events since the caller last drained them (in order)
 
     cdef int64_t tick(self) noexcept nogil
     cdef inline void prefetch(self, slot_t s) noexcept nogil:

@@ -17,7 +17,7 @@ insert and writes it into its path when it unlocks (a locked node is never evict
 its stamp only matters from then on).
 """
 from libcpp.vector cimport vector
-from mocker._core._types cimport int64_t, hash_t, slot_t
+from mocker._core._types cimport int64_t, hash_t, slot_t, KvEvent
 from libc.stdint cimport uint64_t
 
 
@@ -175,7 +175,7 @@ cdef class RadixCache:
             if self._indexed(s):
                 self._index_del(s)
             if self.record_events:
-                self.ev_removed.push_back(self.nodes[s].hash)
+                self.events.push_back(KvEvent(self.nodes[s].hash, 0))
             p = self.parent[s]
             self.parent[s] = OFF_TREE
             self.n_tree -= 1
@@ -261,7 +261,7 @@ cdef class RadixCache:
                 self._index_put(page)
             self.nodes[parent].children += 1
         if self.record_events:
-            self.ev_stored.push_back(h)
+            self.events.push_back(KvEvent(h, 1))
         return page
 
     # -- Python-visible views (tests, metrics) ----------------------------------
@@ -280,6 +280,10 @@ cdef class RadixCache:
     @property
     def num_indexed_pages(self):
         return self.n_index
+
+    def cached_hashes(self):
+        """The set of page hashes in the tree (what KV events have announced)."""
+        return {self.nodes[s].hash for s in range(self.capacity) if self.parent[s] != OFF_TREE}
 
     def check_invariants(self):
         """Raise AssertionError if the cache's bookkeeping is inconsistent."""

@@ -1,7 +1,7 @@
 # One scheduler rank: what the replay loop and live mode drive, whatever the backend.
 from libcpp.vector cimport vector
 from libcpp.deque cimport deque
-from mocker._core._types cimport int64_t, rid_t
+from mocker._core._types cimport int64_t, rid_t, KvEvent
 from mocker._core.timing cimport TimingModel
 from mocker._core.table cimport ReqTable
 
@@ -38,5 +38,6 @@ cdef class Rank:
     cdef int64_t remaining(self, rid_t r) noexcept nogil
     cdef void begin_pass(self, double now) noexcept nogil
     cdef void emit_token(self, rid_t r, double end) noexcept nogil
+    cdef vector[KvEvent]* kv_events(self) noexcept nogil
     cdef inline bint has_work(self) noexcept nogil:
         return self.waiting.size() > 0 or self.running.size() > 0

@@ -1,6 +1,7 @@
 # cython: language_level=3
 """Backend-independent part of a scheduler rank: queues, timing model, pass outputs."""
-from mocker._core._types cimport int64_t, rid_t
+from libcpp.vector cimport vector
+from mocker._core._types cimport int64_t, rid_t, KvEvent
 from mocker._core.timing cimport TIMING_FIXED, TIMING_POLYNOMIAL
 from mocker._core.table cimport ReqTable, ST_WAITING
 
@@ -71,6 +72,10 @@ cdef class Rank:
         self.t.out_tokens[r] = self.t.out_tokens[r] + 1
         self.t.last_token[r] = end
         self.out_emitted.push_back(r)
+
+    cdef vector[KvEvent]* kv_events(self) noexcept nogil:
+        """KV events recorded since they were last drained (NULL: the rank has no cache)."""
+        return NULL
 
     # -- Python-level driving (benchmarks, tests, live mode) -------------------------
     @property

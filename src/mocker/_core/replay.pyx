@@ -13,9 +13,10 @@ from libc.stdint cimport int8_t, int32_t, int64_t, uint64_t
 from libcpp.vector cimport vector
 from libcpp.queue cimport priority_queue
 from libcpp.pair cimport pair
-from mocker._core._types cimport rid_t
+from mocker._core._types cimport rid_t, KvEvent
 from mocker._core.table cimport ReqTable, TokRun, RUN_GEN, ST_COMPLETED
 from mocker._core.rank cimport Rank
+from mocker._core.router cimport KvRouter
 from mocker._core.stats cimport (Welford, welford_init, welford_add, welford_mean, welford_std,
                                  welford_min, welford_max, DDSketch, ddsketch_init, ddsketch_free,
                                  ddsketch_add, ddsketch_percentile)
@@ -34,6 +35,8 @@ cdef class ReplayCore:
     cdef list _ranks                     # keeps the rank objects alive
     cdef vector[void*] ranks             # borrowed Rank pointers (nogil access)
     cdef int64_t n_workers
+    cdef KvRouter router                 # None: round robin
+    cdef bint routed
     # workload
     cdef vector[int64_t] run_off
     cdef vector[TokRun] runs
@@ -78,7 +81,7 @@ cdef class ReplayCore:
         ddsketch_free(&self.tput_sk)
 
     def __init__(self, ReqTable table, list ranks, dict w, int64_t concurrency=0,
-                 double max_sim_time_ms=INFINITY, bint delta=False):
+                 double max_sim_time_ms=INFINITY, bint delta=False, KvRouter router=None):
         """``w``: numpy columns of the workload (see ``mocker.replay.run``)."""
         cdef int64_t n = table.n, i
         cdef cnp.int64_t[::1] run_off = w["run_off"]
@@ -97,6 +100,8 @@ cdef class ReplayCore:
         for rk in ranks:
             self.ranks.push_back(<void*>rk)
         self.n_workers = len(ranks)
+        self.router = router
+        self.routed = router is not None
         self.concurrency = concurrency
         self.max_sim = max_sim_time_ms
         self.delta = delta
@@ -133,11 +138,8 @@ cdef class ReplayCore:
 
     # -- arrivals ----------------------------------------------------------------
     cdef void _arrive(self, rid_t r, double at) noexcept nogil:
-        cdef int64_t w = self.rr_next % self.n_workers
-        cdef rid_t prev
-        self.rr_next += 1
+        cdef int64_t w
         self.t.arrival[r] = at
-        self.t.worker[r] = <int32_t>w
         if self.delta:
             self.full_runs[r].insert(self.full_runs[r].end(),
                                      self.runs.begin() + self.run_off[r],
@@ -147,6 +149,12 @@ cdef class ReplayCore:
                 vector[TokRun]().swap(self.full_runs[r])
         else:
             self.t.set_prompt_runs(r, self.runs.data() + self.run_off[r], self.run_off[r + 1] - self.run_off[r])
+        if self.routed:
+            w = self.router.route(r, at)
+        else:
+            w = self.rr_next % self.n_workers
+            self.rr_next += 1
+        self.t.worker[r] = <int32_t>w
         self.arrived += 1
         self.arrival_seq.push_back(r)
         self.stalled[w] = 0
@@ -156,6 +164,8 @@ cdef class ReplayCore:
         cdef rid_t nt = self.next_turn[r]
         cdef TokRun g
         cdef double x
+        if self.routed:
+            self.router.on_terminal(r)
         self.terminal += 1
         self.t.release_content(r)
         if self.t.status[r] == ST_COMPLETED:
@@ -261,6 +271,14 @@ cdef class ReplayCore:
 
     cdef void _complete_pass(self, int64_t w, double now) noexcept nogil:
         cdef rid_t r
+        cdef vector[KvEvent]* evs = (<Rank>self.ranks[w]).kv_events()
+        if self.routed:
+            # the pass's KV events and first tokens become visible at its end
+            self.router.on_events(<int32_t>w, evs, now)
+            for r in (<Rank>self.ranks[w]).out_emitted:
+                self.router.on_token(r)
+        elif evs != NULL:
+            evs.clear()
         self.committed_prefill += (<Rank>self.ranks[w]).out.committed_prefill
         for r in (<Rank>self.ranks[w]).out_completed:
             self._on_terminal(r, now)

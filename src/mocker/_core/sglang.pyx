@@ -10,7 +10,7 @@ materialized.
 from libcpp.vector cimport vector
 from libcpp.unordered_set cimport unordered_set
 from libcpp.algorithm cimport stable_sort
-from mocker._core._types cimport int64_t, rid_t, slot_t, hash_t, ceil_div
+from mocker._core._types cimport int64_t, rid_t, slot_t, hash_t, ceil_div, KvEvent
 from mocker._core.timing cimport prefill_phase_ms, decode_phase_ms
 from mocker._core.table cimport ReqTable, ST_WAITING, ST_RUNNING, ST_COMPLETED, ST_REJECTED
 from mocker._core.rank cimport Rank
@@ -57,6 +57,9 @@ cdef class SglangRank(Rank):
     @property
     def cache_view(self):
         return self.cache
+
+    cdef vector[KvEvent]* kv_events(self) noexcept nogil:
+        return &self.cache.events
 
     @property
     def readmission_conflicts(self):

@@ -1,7 +1,7 @@
 # One rank of the vLLM-style scheduler (spec core-sim §3); `trtllm` shares it (§3.9).
 cimport cython
 from libcpp.vector cimport vector
-from mocker._core._types cimport int64_t, rid_t
+from mocker._core._types cimport int64_t, rid_t, KvEvent
 from mocker._core.rank cimport Rank
 from mocker._core.blocks cimport BlockPool
 

@@ -6,7 +6,7 @@ ones under the token budget, allocates blocks (preempting on failure), times the
 pass and emits one token per ready request, all stamped with the pass end.
 """
 from libcpp.vector cimport vector
-from mocker._core._types cimport int64_t, rid_t, slot_t, hash_t, ceil_div
+from mocker._core._types cimport int64_t, rid_t, slot_t, hash_t, ceil_div, KvEvent
 from mocker._core.timing cimport prefill_phase_ms, decode_phase_ms
 from mocker._core.table cimport ReqTable, ST_WAITING, ST_RUNNING, ST_COMPLETED, ST_REJECTED
 from mocker._core.blocks cimport BlockPool
@@ -31,6 +31,9 @@ cdef class VllmRank(Rank):
     @property
     def pool_view(self):
         return self.pool
+
+    cdef vector[KvEvent]* kv_events(self) noexcept nogil:
+        return &self.pool.events
 
     cdef void add_request(self, rid_t r) noexcept nogil:
         cdef int64_t cap

@@ -11,10 +11,11 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from mocker._core.replay import ReplayCore, ReplayInvariantError
+from mocker._core.router import KvRouter
 from mocker._core.table import ReqTable
 from mocker._core.sglang import SglangRank
 from mocker._core.vllm import VllmRank
-from mocker.config import ConfigError, load_config
+from mocker.config import ConfigError, load_config, normalize_router_config
 from mocker.replay.report import ReplayResult, build_records, build_summary
 from mocker.replay.synthetic import build_synthetic_workload
 from mocker.replay.traces import TraceError, Workload, load_mooncake
@@ -39,8 +40,6 @@ def _check_common(num_workers, replay_concurrency, router_mode, arrival_speedup_
                   decode_engine_args):
     if router_mode not in ("round_robin", "kv_router"):
         raise ReplayError(f"router_mode must be either 'round_robin' or 'kv_router', got {router_mode!r}")
-    if router_mode == "kv_router":
-        raise ReplayError("router_mode 'kv_router' is not supported by mocker yet (use 'round_robin')")
     if prefill_engine_args is not None or decode_engine_args is not None:
         raise ReplayError("disaggregated replay (prefill_engine_args/decode_engine_args) "
                           "is not supported by mocker yet")
@@ -81,8 +80,10 @@ def _check_common(num_workers, replay_concurrency, router_mode, arrival_speedup_
     return r, sla
 
 
-def _build_ranks(config: dict, table: ReqTable, num_workers: int) -> list:
+def _build_ranks(config: dict, table: ReqTable, num_workers: int, kv_events: bool = False) -> list:
     engine = config["engine"]
+    if kv_events and not engine["emit_kv_events"]:
+        engine = dict(engine, emit_kv_events=True)     # the router consumes the workers' events
     if config["dp_size"] != 1:
         raise ConfigError("dp_size > 1 is not supported by mocker's replay yet")
     if engine["worker_type"] != "aggregated":
@@ -93,6 +94,19 @@ def _build_ranks(config: dict, table: ReqTable, num_workers: int) -> list:
     return [rank_cls(table, engine) for _ in range(num_workers)]
 
 
+def _router_settings(router_mode: str, router_config: Any, kv_event_lag_ms: Any) -> dict | None:
+    """The normalized router config for kv_router placement (None for round robin)."""
+    if kv_event_lag_ms is not None:
+        try:
+            lag = float(kv_event_lag_ms)
+        except (TypeError, ValueError):
+            lag = math.nan
+        if not math.isfinite(lag) or lag < 0:
+            raise ReplayError(f"kv_event_lag_ms must be a finite, non-negative value, got {kv_event_lag_ms!r}")
+    cfg = normalize_router_config(router_config)
+    return cfg if router_mode == "kv_router" else None
+
+
 class _Simulation:
     """A finished simulation: the request table, the ranks and the replay core."""
 
@@ -101,13 +115,22 @@ class _Simulation:
 
 
 def simulate(workload: Workload, config: dict, *, num_workers: int = 1, concurrency: int | None = None,
-             max_sim_time_ms: float | None = None, progress: ProgressFn | None = None) -> _Simulation:
-    """Run the compiled event loop over ``workload`` (no report); used by the entry points and tests."""
+             max_sim_time_ms: float | None = None, progress: ProgressFn | None = None,
+             router: dict | None = None, kv_event_lag_ms: float | None = None) -> _Simulation:
+    """Run the compiled event loop over ``workload`` (no report); used by the entry points and tests.
+
+    ``router``: a normalized router config (``normalize_router_config``) to place requests with
+    the KV-aware router; None places them round robin.
+    """
     engine = config["engine"]
     table = ReqTable(workload.n, engine["block_size"])
-    ranks = _build_ranks(config, table, num_workers)
+    ranks = _build_ranks(config, table, num_workers, kv_events=router is not None)
     cap = math.inf if max_sim_time_ms is None else float(max_sim_time_ms)
-    core = ReplayCore(table, ranks, workload.columns(), concurrency or 0, cap, workload.delta)
+    kv_router = None
+    if router is not None:
+        kv_router = KvRouter(table, num_workers, engine["block_size"], router,
+                             float(kv_event_lag_ms or 0.0))
+    core = ReplayCore(table, ranks, workload.columns(), concurrency or 0, cap, workload.delta, kv_router)
     slice_passes = 20000
     last_report = time.perf_counter()
     while True:
@@ -119,14 +142,18 @@ def simulate(workload: Workload, config: dict, *, num_workers: int = 1, concurre
                 last_report = now
         if fin:
             break
-    return _Simulation(table, ranks, core, workload)
+    sim = _Simulation(table, ranks, core, workload)
+    sim.router = kv_router
+    return sim
 
 
 def _execute(workload: Workload, config: dict, *, num_workers: int, concurrency: int | None,
              max_sim_time_ms: float | None, sla: dict, capture_per_request: bool,
-             report_jsonl_path, progress: ProgressFn | None, t0: float) -> ReplayResult:
+             report_jsonl_path, progress: ProgressFn | None, t0: float,
+             router: dict | None = None, kv_event_lag_ms: float | None = None) -> ReplayResult:
     sim = simulate(workload, config, num_workers=num_workers, concurrency=concurrency,
-                   max_sim_time_ms=max_sim_time_ms, progress=progress)
+                   max_sim_time_ms=max_sim_time_ms, progress=progress, router=router,
+                   kv_event_lag_ms=kv_event_lag_ms)
     core = sim.core
     cap = math.inf if max_sim_time_ms is None else float(max_sim_time_ms)
     cols = sim.table.columns()
@@ -162,6 +189,7 @@ def run_trace_replay(trace_files: str | os.PathLike | Iterable, extra_engine_arg
                      sla_itl_ms: float | None = None, sla_e2e_ms: float | None = None,
                      capture_per_request: bool = False, report_jsonl_path=None,
                      prefill_engine_args: Any = None, decode_engine_args: Any = None,
+                     router_config: Any = None, kv_event_lag_ms: float | None = None,
                      progress: ProgressFn | None = None) -> ReplayResult:
     """Replay mooncake JSONL trace(s) on a virtual clock and report like the reference."""
     t0 = time.perf_counter()
@@ -169,6 +197,7 @@ def run_trace_replay(trace_files: str | os.PathLike | Iterable, extra_engine_arg
                                max_sim_time_ms, sla_ttft_ms, sla_itl_ms, sla_e2e_ms,
                                prefill_engine_args, decode_engine_args)
     config = load_config(extra_engine_args)
+    router = _router_settings(router_mode, router_config, kv_event_lag_ms)
     if isinstance(trace_files, (str, os.PathLike)):
         trace_files = [trace_files]
     trace_files = list(trace_files)
@@ -179,7 +208,8 @@ def run_trace_replay(trace_files: str | os.PathLike | Iterable, extra_engine_arg
                              name_sessions=replay_concurrency is not None)
     return _execute(workload, config, num_workers=num_workers, concurrency=replay_concurrency,
                     max_sim_time_ms=max_sim_time_ms, sla=sla, capture_per_request=capture_per_request,
-                    report_jsonl_path=report_jsonl_path, progress=progress, t0=t0)
+                    report_jsonl_path=report_jsonl_path, progress=progress, t0=t0,
+                    router=router, kv_event_lag_ms=kv_event_lag_ms)
 
 
 def run_synthetic_trace_replay(input_tokens: int, output_tokens: int, request_count: int,
@@ -193,6 +223,7 @@ def run_synthetic_trace_replay(input_tokens: int, output_tokens: int, request_co
                                sla_itl_ms: float | None = None, sla_e2e_ms: float | None = None,
                                capture_per_request: bool = False, report_jsonl_path=None,
                                prefill_engine_args: Any = None, decode_engine_args: Any = None,
+                               router_config: Any = None, kv_event_lag_ms: float | None = None,
                                progress: ProgressFn | None = None) -> ReplayResult:
     """Replay a synthetic workload (fixed ISL/OSL, Poisson or constant arrivals, sessions)."""
     t0 = time.perf_counter()
@@ -200,6 +231,7 @@ def run_synthetic_trace_replay(input_tokens: int, output_tokens: int, request_co
                                max_sim_time_ms, sla_ttft_ms, sla_itl_ms, sla_e2e_ms,
                                prefill_engine_args, decode_engine_args)
     config = load_config(extra_engine_args)
+    router = _router_settings(router_mode, router_config, kv_event_lag_ms)
     bs = config["engine"]["block_size"]
     syn = build_synthetic_workload(input_tokens, output_tokens, request_count, bs,
                                    replay_concurrency=replay_concurrency, request_rate=request_rate,
@@ -212,7 +244,8 @@ def run_synthetic_trace_replay(input_tokens: int, output_tokens: int, request_co
     workload = _synthetic_to_workload(syn, bs, ratio)
     return _execute(workload, config, num_workers=num_workers, concurrency=replay_concurrency,
                     max_sim_time_ms=max_sim_time_ms, sla=sla, capture_per_request=capture_per_request,
-                    report_jsonl_path=report_jsonl_path, progress=progress, t0=t0)
+                    report_jsonl_path=report_jsonl_path, progress=progress, t0=t0,
+                    router=router, kv_event_lag_ms=kv_event_lag_ms)
 
 
 def _synthetic_to_workload(syn, bs: int, ratio: float) -> Workload:
