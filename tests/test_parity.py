@@ -115,19 +115,13 @@ def run_ours(golden, tmp_path):
 
 _FILES = scenario_files()
 
-# SGLang scenarios where a retracted request is readmitted while the only evictable pages
-# are its own cached path: the reference (1.6.1) admits it by evicting from that path,
-# our radix cache locks the path first and waits.  Open work (issue 3); strict, so a fix
-# shows up as XPASS.
-KNOWN_DIVERGENT = {
-    "sglang_bs2_pressure", "sglang_bs4_pressure", "sglang_clip_32_pressure",
-    "sglang_r6c_tiny_retract", "sglang_retract_heavy_fixed", "sglang_retract_heavy_poly",
-    "sglang_rr3_pressure",
-}
+# Scenarios where mocker is known to differ from the reference (strict, so a fix shows up as
+# XPASS).  None at the moment.
+KNOWN_DIVERGENT: set[str] = set()
 
 
 def _param(p):
-    marks = [pytest.mark.xfail(strict=True, reason="SGLang readmission under pressure (issue 3)")] \
+    marks = [pytest.mark.xfail(strict=True, reason="known divergence from the reference")] \
         if p.stem in KNOWN_DIVERGENT else []
     return pytest.param(p, id=p.stem, marks=marks)
 

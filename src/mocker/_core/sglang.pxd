@@ -40,4 +40,5 @@ cdef class SglangRank(Rank):
     cdef int64_t _match_len(self, rid_t r) noexcept nogil
     cdef void _prefill_batch(self, double now) noexcept nogil
     cdef void _remove_running(self, rid_t r) noexcept nogil
-    cdef void _estimate_ratio(self) noexcept nogil
+    cdef bint _make_room(self, int64_t pages) noexcept nogil
+    cdef double _estimate_ratio(self) noexcept nogil

@@ -80,6 +80,8 @@ cdef class SglangRank(Rank):
         upto = self.t.computed[r] // self.bs
         if upto > <int64_t>self.t.blocks[r].size():
             upto = <int64_t>self.t.blocks[r].size()
+        if upto <= self.ins[r]:
+            return              # nothing new: the path keeps the stamp of its last insert
         cdef int64_t stamp = self.cache.tick()
         self.touch[r] = stamp
         for i in range(self.ins[r], upto):
@@ -88,8 +90,7 @@ cdef class SglangRank(Rank):
             parent = self.t.blocks[r][i - 1] if i > 0 else -1
             self.t.blocks[r][i] = self.cache.insert_page(self.t.blocks[r][i], self.t.block_hash(r, i),
                                                          parent, stamp)
-        if upto > self.ins[r]:
-            self.ins[r] = upto
+        self.ins[r] = upto
 
     cdef void _release(self, rid_t r) noexcept nogil:
         """Cache the materialized pages, then drop the request's lease."""
@@ -251,12 +252,13 @@ cdef class SglangRank(Rank):
     cdef void step(self, double now) noexcept nogil:
         # decode-only rounds after a prefill only hold back prefills while something decodes
         cdef bint defer = self.prefill_rounds_remaining > 0 and self.running.size() > 0
-        cdef bint effect = False, retracted = False
+        cdef bint effect = False, retracted = False, slots
         cdef size_t i, keep
         cdef rid_t r, victim
         cdef int64_t rem, seq, need, avail, best, prev_rounds
-        cdef double end = now, active
-        cdef vector[rid_t] newly
+        cdef double end = now, active, estimate = 0.0
+        cdef vector[rid_t] newly, done
+        cdef vector[int64_t] rems
         self.begin_pass(now)
         self.batch.clear()
         self._isl = 0
@@ -289,26 +291,37 @@ cdef class SglangRank(Rank):
                 else:
                     self.running.push_back(r)
                     newly.push_back(r)
-            # requests that sample nothing finish first (their pages become the older ones)
+            # KV slots for the first token of the requests that keep running are reserved
+            # together, before any finishing request releases its pages: after evicting what
+            # it can, either every one gets its slot or none emits this pass (they sample
+            # their first token in the next decode pass instead)
+            need = 0
             for r in newly:
-                if self.remaining(r) == 0:
-                    self._remove_running(r)
-                    self._finish(r, end)
-            for r in newly:
-                rem = self.remaining(r)
-                if rem == 0:
-                    continue
-                elif rem == 1:
-                    self.emit_token(r, end)
-                    self._remove_running(r)
-                    self._finish(r, end)
-                else:
+                rems.push_back(self.remaining(r))
+                if rems.back() >= 2 and self.t.computed[r] + 1 > self.t.allocated[r]:
+                    need += 1
+            slots = self._make_room(need)
+            # the requests that keep running sample their first token (and cache their pages)
+            # before the finished ones release theirs: those that sample nothing first, then
+            # those whose first token is their last
+            for i in range(newly.size()):
+                r = newly[i]
+                if rems[i] >= 2 and slots:
                     if self.t.computed[r] + 1 > self.t.allocated[r]:
-                        if self.cache.alloc(1, &self.t.blocks[r]):
-                            self.t.allocated[r] = self.t.allocated[r] + self.bs
+                        self.cache.alloc(1, &self.t.blocks[r])
+                        self.t.allocated[r] = self.t.allocated[r] + self.bs
                     self.emit_token(r, end)
                     self.t.computed[r] = self.t.computed[r] + 1
                     self._cache_materialized(r)
+            for i in range(newly.size()):
+                if rems[i] == 0:
+                    self._remove_running(newly[i])
+                    self._finish(newly[i], end)
+            for i in range(newly.size()):
+                if rems[i] == 1:
+                    self.emit_token(newly[i], end)
+                    self._remove_running(newly[i])
+                    self._finish(newly[i], end)
             if end > now:
                 # a batch with nothing to compute (fully cached zero-output requests) does not
                 # count as a prefill round
@@ -346,36 +359,47 @@ cdef class SglangRank(Rank):
                 self._retract(victim)
                 retracted = True
                 effect = True
+            if retracted:
+                estimate = self._estimate_ratio()   # from the survivors before this pass's tokens
             if self.running.size() > 0:
                 active = 0.0
                 for r in self.running:
                     active += <double>(self.t.prompt_len[r] + self.t.generated[r])
                 self.out.decode_n = <int64_t>self.running.size()
                 end = now + decode_phase_ms(&self.tm, <int64_t>self.running.size(), active)
-                keep = 0
-                for i in range(self.running.size()):
-                    r = self.running[i]
-                    seq = self.t.prompt_len[r] + self.t.generated[r]
-                    if seq + 1 > self.t.allocated[r]:
-                        if not self.cache.alloc(1, &self.t.blocks[r]):
-                            self.running[keep] = r      # no room: the request waits
+                # this pass's KV slots are reserved together (evicting up front) before any
+                # request finishes and releases its pages; without room nobody decodes
+                need = 0
+                for r in self.running:
+                    if self.t.prompt_len[r] + self.t.generated[r] + 1 > self.t.allocated[r]:
+                        need += 1
+                slots = self._make_room(need)
+                if slots:
+                    for r in self.running:
+                        if self.t.prompt_len[r] + self.t.generated[r] + 1 > self.t.allocated[r]:
+                            self.cache.alloc(1, &self.t.blocks[r])
+                            self.t.allocated[r] = self.t.allocated[r] + self.bs
+                    # the requests that keep running cache their new pages before the finished
+                    # ones release theirs
+                    keep = 0
+                    for i in range(self.running.size()):
+                        r = self.running[i]
+                        self.emit_token(r, end)
+                        self.t.computed[r] = self.t.computed[r] + 1
+                        if self.remaining(r) == 0:
+                            done.push_back(r)
+                        else:
+                            self._cache_materialized(r)
+                            self.running[keep] = r
                             keep += 1
-                            continue
-                        self.t.allocated[r] = self.t.allocated[r] + self.bs
-                    self.emit_token(r, end)
-                    self.t.computed[r] = self.t.computed[r] + 1
-                    if self.remaining(r) == 0:
+                    self.running.resize(keep)
+                    for r in done:
                         self._finish(r, end)
-                    else:
-                        self._cache_materialized(r)
-                        self.running[keep] = r
-                        keep += 1
-                self.running.resize(keep)
                 if self.out_emitted.size() == 0:
                     # nobody could get a KV slot: the pass did nothing (the run cannot progress)
                     end = now
             if retracted:
-                self._estimate_ratio()
+                self.new_token_ratio = estimate
             elif self.running.size() > 0 or self.out_emitted.size() > 0:
                 self.new_token_ratio -= self.decay_step
                 if self.new_token_ratio < self.min_ratio:
@@ -393,6 +417,12 @@ cdef class SglangRank(Rank):
         self.out.effect = (effect or self.out_emitted.size() > 0 or self.out_completed.size() > 0
                            or self.out_rejected.size() > 0)
 
+    cdef bint _make_room(self, int64_t pages) noexcept nogil:
+        """Evict cached pages until ``pages`` are free (as far as possible); True if they are."""
+        if <int64_t>self.cache.free_slots.size() < pages:
+            self.cache._evict(pages - <int64_t>self.cache.free_slots.size())
+        return <int64_t>self.cache.free_slots.size() >= pages
+
     cdef void _remove_running(self, rid_t r) noexcept nogil:
         cdef size_t i
         for i in range(self.running.size() - 1, -1, -1):
@@ -400,11 +430,11 @@ cdef class SglangRank(Rank):
                 self.running.erase(self.running.begin() + i)
                 return
 
-    cdef void _estimate_ratio(self) noexcept nogil:
+    cdef double _estimate_ratio(self) noexcept nogil:
         cdef int64_t gen = 0, cap = 0
         cdef rid_t r
         for r in self.running:
             gen += self.t.generated[r]
             cap += self.t.max_out[r]
         cdef double v = (<double>gen + 20.0 * <double>self.running.size()) / (<double>cap + 1.0)
-        self.new_token_ratio = v if v < 1.0 else 1.0
+        return v if v < 1.0 else 1.0
