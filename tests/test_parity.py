@@ -116,12 +116,15 @@ def run_ours(golden, tmp_path):
 _FILES = scenario_files()
 
 # Scenarios where mocker is known to differ from the reference (strict, so a fix shows up as
-# XPASS).  None at the moment.
-KNOWN_DIVERGENT: set[str] = set()
+# XPASS), with the reason.
+KNOWN_DIVERGENT: dict[str, str] = {
+    "dp_tiny_sglang_dp2": "SGLang with dp_size > 1 and chunked prefills: the reference's ranks do not "
+                          "follow the shared pass clock the vLLM ranks do (open, issue 4)",
+}
 
 
 def _param(p):
-    marks = [pytest.mark.xfail(strict=True, reason="known divergence from the reference")] \
+    marks = [pytest.mark.xfail(strict=True, reason=KNOWN_DIVERGENT[p.stem])] \
         if p.stem in KNOWN_DIVERGENT else []
     return pytest.param(p, id=p.stem, marks=marks)
 

@@ -338,7 +338,62 @@ def scenarios():
     ]
     sc += sglang_scenarios()
     sc += kv_router_scenarios()
+    sc += dp_scenarios()
     return sc
+
+
+# --------------------------------------------------------------------------------------------
+# Attention data parallel (dp_size > 1; names prefixed dp_): a worker is dp_size ranks that
+# share one pass clock; prefill_schedule_interval throttles prefills of decoding ranks.
+# --------------------------------------------------------------------------------------------
+def dp_scenarios():
+    fixed = {"block_size": 64, "timing_model": {"type": "fixed", "prefill_ms": 10.0, "decode_ms": 1.0}}
+    s1 = [line(0, 64, 5, [1]), line(5, 64, 3, [2]), line(15, 64, 2, [3])]
+    s2 = [line(0, 64, 200, [1]), line(20, 128, 3, [2, 3]), line(20, 192, 3, [4, 5, 6]),
+          line(70.5, 256, 100, [7, 8, 9, 10]), line(70.5, 320, 3, [11, 12, 13, 14, 15]),
+          line(100.5, 384, 3, [20, 21, 22, 23, 24, 25])]
+    s3 = [line(0, 64, 60, [1]), line(0, 64, 60, [2]), line(0, 64, 1, [3]), line(12.5, 128, 2, [30, 31]),
+          line(12.5, 64, 1, [40]), line(12.5, 128, 2, [50, 51])]
+    s5 = [line(0, 64, 2, [1]), line(11, 128, 50, [2, 3]), line(11, 192, 50, [4, 5, 6]),
+          line(21.5, 256, 3, [7, 8, 9, 10])]
+    tiny = tiny_trace()
+    mix = mixed_trace(11)
+    out = [
+        T("dp2_barrier", s1, "dp 2: shared pass clock, fixed timing", trace_block_size=64,
+          extra_engine_args=eng_top(fixed, dp_size=2)),
+        T("dp2_sglang_barrier", s1, "dp 2, SGLang", trace_block_size=64,
+          extra_engine_args=eng_top({**fixed, "backend": "sglang"}, dp_size=2)),
+        T("dp2_wave_reset_i3", s5, "dp 2, prefill_schedule_interval 3, worker drains", trace_block_size=64,
+          extra_engine_args=eng_top({**fixed, "prefill_schedule_interval": 3}, dp_size=2)),
+        T("dp2_chunk_capacity_i4", s3, "dp 2, interval 4, budget 100 (capacity-bound escape)",
+          trace_block_size=64,
+          extra_engine_args=eng_top({**fixed, "prefill_schedule_interval": 4, "max_num_batched_tokens": 100},
+                                    dp_size=2)),
+        T("dp_tiny_dp2", tiny, "tiny trace, dp 2", extra_engine_args=eng_top({}, dp_size=2)),
+        T("dp_tiny_dp4_tp2", tiny, "tiny trace, dp 4, tp 2", extra_engine_args=eng_top({}, dp_size=4,
+                                                                                     tensor_parallel_size=2)),
+        T("dp_mix_2x2", mix, "mixed trace, 2 workers x dp 2", num_workers=2, extra_engine_args=eng_top({}, dp_size=2)),
+        T("dp_mix_3x2_i2", mix, "mixed, 3 workers x dp 2, interval 2", num_workers=3,
+          extra_engine_args=eng_top({"prefill_schedule_interval": 2}, dp_size=2)),
+        T("dp_tiny_sglang_dp2", tiny, "tiny, SGLang bs 16, dp 2",
+          extra_engine_args=eng_top({"backend": "sglang", "block_size": 16}, dp_size=2)),
+        T("dp_tiny_trtllm_dp3", tiny, "tiny, TRT-LLM, dp 3", extra_engine_args=eng_top({"backend": "trtllm"}, dp_size=3)),
+        T("dp_pressure_dp2", pressure_trace(12), "small pools per rank, dp 2",
+          extra_engine_args=eng_top({"num_gpu_blocks": 100, "block_size": 32}, dp_size=2)),
+        S("dp_synth_2x4", (1000, 20, 10), "synthetic, 2 workers x dp 4", arrival_interval_ms=5.0, num_workers=2,
+          extra_engine_args=eng_top({}, dp_size=4)),
+        S("dp_synth_i3_rate", (1500, 80, 120), "synthetic, dp 4, interval 3, rate 30",
+          request_rate=30.0, extra_engine_args=eng_top({"prefill_schedule_interval": 3}, dp_size=4)),
+        T("dp_kvr_tiny_dp2", tiny, "kv_router over 2 workers x dp 2", num_workers=2,
+          extra_engine_args=eng_top({}, dp_size=2), **KVR),
+        S("dp_kvr_synth_groups", (1000, 50, 40), "kv_router, dp 2, shared prefixes", num_workers=2,
+          arrival_interval_ms=0.0, shared_prefix_ratio=0.5, num_prefix_groups=2,
+          extra_engine_args=eng_top({}, dp_size=2), **KVR),
+    ]
+    for i in (1, 2, 3, 5):
+        out.append(T(f"dp2_throttle_i{i}", s2, f"dp 2, prefill_schedule_interval {i}", trace_block_size=64,
+                     extra_engine_args=eng_top({**fixed, "prefill_schedule_interval": i}, dp_size=2)))
+    return out
 
 
 # --------------------------------------------------------------------------------------------

@@ -127,6 +127,14 @@ def _uint(path: str, v: Any, optional: bool = False) -> int | None:
     return v
 
 
+def _u32(path: str, v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise _bad_type(path, v, "u32")
+    if not 0 <= v < 2 ** 32:
+        raise ConfigError(f"{PREFIX}{path}: invalid value: integer `{v}`, expected u32")
+    return v
+
+
 def _float(path: str, v: Any, optional: bool = False) -> float | None:
     if v is None and optional:
         return None
@@ -299,7 +307,7 @@ def normalize_config(config: Any = None) -> dict:
         if k not in known_top:
             raise ConfigError(f"{PREFIX}{k}: unknown field `{k}`, {_expected(TOP_FIELD_ORDER)}")
     out: dict[str, Any] = {"engine": _normalize_engine(engine)}
-    out["dp_size"] = _uint("dp_size", config.get("dp_size", 1))
+    out["dp_size"] = _u32("dp_size", config.get("dp_size", 1))
     if out["dp_size"] == 0:
         raise ConfigError("dp_size must be positive")
     out["tensor_parallel_size"] = _uint("tensor_parallel_size", config.get("tensor_parallel_size", 1))

@@ -27,9 +27,11 @@ cdef class Rank:
     cdef int64_t pass_id
     cdef int64_t preemptions_total
     cdef bint stall_is_fatal        # an effect-free pass aborts the run at once (SGLang)
+    cdef bint throttle              # this pass may defer prefills (attention-DP prefill_schedule_interval)
     # outputs of the last pass
     cdef PassOut out
     cdef vector[rid_t] out_emitted     # requests that emitted a token at out.end
+    cdef vector[double] out_prev       # ... and the time of their previous token (-1: it is the first)
     cdef vector[rid_t] out_completed   # completed at out.end
     cdef vector[rid_t] out_rejected    # rejected at out.end
 
@@ -39,5 +41,6 @@ cdef class Rank:
     cdef void begin_pass(self, double now) noexcept nogil
     cdef void emit_token(self, rid_t r, double end) noexcept nogil
     cdef vector[KvEvent]* kv_events(self) noexcept nogil
+    cdef void restamp(self, double end) noexcept nogil
     cdef inline bint has_work(self) noexcept nogil:
         return self.waiting.size() > 0 or self.running.size() > 0

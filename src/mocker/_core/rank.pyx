@@ -55,6 +55,7 @@ cdef class Rank:
         self.out.committed_prefill = 0
         self.out.effect = False
         self.out_emitted.clear()
+        self.out_prev.clear()
         self.out_completed.clear()
         self.out_rejected.clear()
 
@@ -62,6 +63,7 @@ cdef class Rank:
         """Append one generated token stamped ``end`` and record its latency sample."""
         cdef double itl
         self.t.generated[r] = self.t.generated[r] + 1
+        self.out_prev.push_back(-1.0 if self.t.out_tokens[r] == 0 else self.t.last_token[r])
         if self.t.out_tokens[r] == 0:
             self.t.first_token[r] = end
         else:
@@ -72,6 +74,28 @@ cdef class Rank:
         self.t.out_tokens[r] = self.t.out_tokens[r] + 1
         self.t.last_token[r] = end
         self.out_emitted.push_back(r)
+
+    cdef void restamp(self, double end) noexcept nogil:
+        """Move everything this pass produced to ``end`` (a shared data-parallel pass ends later)."""
+        cdef size_t i
+        cdef rid_t r
+        cdef double prev, itl
+        for i in range(self.out_emitted.size()):
+            r = self.out_emitted[i]
+            prev = self.out_prev[i]
+            if prev < 0.0:
+                self.t.first_token[r] = end
+            else:
+                itl = end - prev
+                self.t.itl_buf[r][self.t.itl_buf[r].size() - 1] = itl if itl > 0.0 else 0.0
+                if self.t.out_tokens[r] == 2:
+                    self.t.second_token[r] = end
+            self.t.last_token[r] = end
+        for r in self.out_completed:
+            self.t.terminal_time[r] = end
+        for r in self.out_rejected:
+            self.t.terminal_time[r] = end
+        self.out.end = end
 
     cdef vector[KvEvent]* kv_events(self) noexcept nogil:
         """KV events recorded since they were last drained (NULL: the rank has no cache)."""

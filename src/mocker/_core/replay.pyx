@@ -34,7 +34,14 @@ cdef class ReplayCore:
     cdef ReqTable t
     cdef list _ranks                     # keeps the rank objects alive
     cdef vector[void*] ranks             # borrowed Rank pointers (nogil access)
-    cdef int64_t n_workers
+    cdef int64_t n_workers               # logical workers (groups of `dp` ranks sharing a pass clock)
+    cdef int64_t n_ranks                 # scheduler ranks: rank k is worker k // dp, dp rank k % dp
+    cdef int64_t dp
+    cdef int64_t interval                # prefill_schedule_interval (attention DP)
+    cdef vector[int8_t] stepped          # per rank: ran in its worker's current pass
+    cdef vector[int64_t] next_rank       # per worker: round-robin rank counter
+    cdef vector[int64_t] wave            # per worker: passes since the worker last drained
+    cdef bint _effect
     cdef KvRouter router                 # None: round robin
     cdef bint routed
     # workload
@@ -81,7 +88,8 @@ cdef class ReplayCore:
         ddsketch_free(&self.tput_sk)
 
     def __init__(self, ReqTable table, list ranks, dict w, int64_t concurrency=0,
-                 double max_sim_time_ms=INFINITY, bint delta=False, KvRouter router=None):
+                 double max_sim_time_ms=INFINITY, bint delta=False, KvRouter router=None,
+                 int64_t dp_size=1, int64_t prefill_schedule_interval=1):
         """``w``: numpy columns of the workload (see ``mocker.replay.run``)."""
         cdef int64_t n = table.n, i
         cdef cnp.int64_t[::1] run_off = w["run_off"]
@@ -99,7 +107,15 @@ cdef class ReplayCore:
         self._ranks = ranks
         for rk in ranks:
             self.ranks.push_back(<void*>rk)
-        self.n_workers = len(ranks)
+        if dp_size < 1 or len(ranks) % dp_size != 0:
+            raise ValueError("the ranks must form whole workers of dp_size ranks")
+        self.n_ranks = len(ranks)
+        self.dp = dp_size
+        self.n_workers = self.n_ranks // dp_size
+        self.interval = prefill_schedule_interval if prefill_schedule_interval > 0 else 1
+        self.stepped.resize(self.n_ranks, 0)
+        self.next_rank.resize(self.n_workers, 0)
+        self.wave.resize(self.n_workers, 0)
         self.router = router
         self.routed = router is not None
         self.concurrency = concurrency
@@ -152,12 +168,15 @@ cdef class ReplayCore:
         if self.routed:
             w = self.router.route(r, at)
         else:
+            # round robin over workers, and over each worker's ranks in turn
             w = self.rr_next % self.n_workers
             self.rr_next += 1
+            w = w * self.dp + self.next_rank[w] % self.dp
+            self.next_rank[w // self.dp] += 1
         self.t.worker[r] = <int32_t>w
         self.arrived += 1
         self.arrival_seq.push_back(r)
-        self.stalled[w] = 0
+        self.stalled[w // self.dp] = 0
         (<Rank>self.ranks[w]).add_request(r)
 
     cdef void _on_terminal(self, rid_t r, double at) noexcept nogil:
@@ -222,7 +241,7 @@ cdef class ReplayCore:
         cdef double tn, now, at, x
         cdef int64_t w, budget = max_passes
         cdef rid_t r
-        cdef size_t j
+        cdef int64_t j
         while budget > 0:
             tn = self._next_arrival()
             for w in range(self.n_workers):
@@ -240,7 +259,7 @@ cdef class ReplayCore:
             for w in range(self.n_workers):
                 if self.busy[w] and self.busy_until[w] == now:
                     self.busy[w] = 0
-                    self._complete_pass(w, now)
+                    self._complete_worker_pass(w, now)
             # 2. admissions
             while True:
                 r = self._pop_arrival(now)
@@ -251,23 +270,66 @@ cdef class ReplayCore:
             # 3. idle workers with work start a pass; a pass that takes no time completes at
             #    once and the worker goes on, before anything it released can arrive
             for w in range(self.n_workers):
-                while not self.busy[w] and not self.stalled[w] and (<Rank>self.ranks[w]).has_work():
-                    (<Rank>self.ranks[w]).step(now)
+                while not self.busy[w] and not self.stalled[w] and self._has_work(w):
+                    x = self._start_pass(w, now)
                     self.passes += 1
                     budget -= 1
-                    if (<Rank>self.ranks[w]).out.end != now:
+                    if x != now:
                         self.busy[w] = 1
-                        self.busy_until[w] = (<Rank>self.ranks[w]).out.end
+                        self.busy_until[w] = x
                         break
-                    if not (<Rank>self.ranks[w]).out.effect:
-                        if (<Rank>self.ranks[w]).stall_is_fatal:
-                            self.stalled_inflight = <int64_t>((<Rank>self.ranks[w]).waiting.size()
-                                                              + (<Rank>self.ranks[w]).running.size())
+                    if not self._effect:
+                        if (<Rank>self.ranks[w * self.dp]).stall_is_fatal:
+                            self.stalled_inflight = 0
+                            for j in range(w * self.dp, (w + 1) * self.dp):
+                                self.stalled_inflight += <int64_t>((<Rank>self.ranks[j]).waiting.size()
+                                                                   + (<Rank>self.ranks[j]).running.size())
                             return True
                         self.stalled[w] = 1
                         break
-                    self._complete_pass(w, now)
+                    self._complete_worker_pass(w, now)
         return False
+
+    cdef bint _has_work(self, int64_t w) noexcept nogil:
+        cdef int64_t k
+        for k in range(w * self.dp, (w + 1) * self.dp):
+            if (<Rank>self.ranks[k]).has_work():
+                return True
+        return False
+
+    cdef double _start_pass(self, int64_t w, double now) noexcept nogil:
+        """Every rank of worker ``w`` with work runs one pass at ``now``; the worker's pass ends
+        with its slowest rank and every rank's output is stamped with that end."""
+        cdef int64_t k
+        cdef double end = now
+        cdef bint throttle = self.dp > 1 and self.interval > 1 and self.wave[w] % self.interval != 0
+        self._effect = False
+        for k in range(w * self.dp, (w + 1) * self.dp):
+            if not (<Rank>self.ranks[k]).has_work():
+                self.stepped[k] = 0
+                continue
+            self.stepped[k] = 1
+            (<Rank>self.ranks[k]).throttle = throttle
+            (<Rank>self.ranks[k]).step(now)
+            if (<Rank>self.ranks[k]).out.end > end:
+                end = (<Rank>self.ranks[k]).out.end
+            if (<Rank>self.ranks[k]).out.effect:
+                self._effect = True
+        self.wave[w] += 1
+        if self.dp > 1:
+            for k in range(w * self.dp, (w + 1) * self.dp):
+                if self.stepped[k] and (<Rank>self.ranks[k]).out.end != end:
+                    (<Rank>self.ranks[k]).restamp(end)
+        return end
+
+    cdef void _complete_worker_pass(self, int64_t w, double now) noexcept nogil:
+        cdef int64_t k
+        for k in range(w * self.dp, (w + 1) * self.dp):
+            if self.stepped[k]:
+                self.stepped[k] = 0
+                self._complete_pass(k, now)
+        if not self._has_work(w):
+            self.wave[w] = 0            # the worker drained: a new wave of passes begins
 
     cdef void _complete_pass(self, int64_t w, double now) noexcept nogil:
         cdef rid_t r

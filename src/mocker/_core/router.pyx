@@ -13,6 +13,7 @@ their first token, their prefill tokens).  A request goes to the worker of lowes
 
 with exact ties broken by a seeded generator, so a run is reproducible.
 """
+import numpy as np
 from cython.operator cimport dereference as deref
 from libc.math cimport exp, INFINITY
 from libcpp.vector cimport vector
@@ -289,6 +290,10 @@ cdef class KvRouter:
     def worker_loads(self):
         """Per worker: (active_blocks, active_prefill_tokens, active_requests)."""
         return [(self.active_blocks[w], self.active_prefill[w], self.active_reqs[w]) for w in range(self.nw)]
+
+    def overlap_tokens(self):
+        """Per request: cached tokens on the chosen target when it was routed."""
+        return np.asarray(self.req_overlap, dtype=np.int64) * self.bs
 
     def decisions_of(self, rids):
         """(worker, cost, cached blocks) of each routed request in ``rids``."""

@@ -18,6 +18,7 @@ cdef class VllmRank(Rank):
     cdef int64_t budget
     cdef int64_t b_n, b_isl, b_pre
     cdef bint preempted_any
+    cdef bint capacity_bound        # attention DP: the last full pass left requests waiting
 
     cdef void _unschedule(self, rid_t v) noexcept nogil
     cdef rid_t _preempt_one(self) noexcept nogil

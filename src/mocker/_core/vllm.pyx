@@ -183,7 +183,7 @@ cdef class VllmRank(Rank):
         cdef int64_t res, seq_len, overlap, active_overlap, cached, active_cached, needed, available, nfull
         cdef double prefill_ms, decode_ms, end, active
         cdef int64_t n_decode, rem
-        cdef bint effect = False
+        cdef bint effect = False, defer = False
 
         self.begin_pass(now)
         self.sched.clear()
@@ -192,11 +192,21 @@ cdef class VllmRank(Rank):
         self.b_isl = 0
         self.b_pre = 0
         self.preempted_any = False
+        if self.throttle and not self.capacity_bound:
+            # attention-DP prefill throttling (spec §3.8): a rank that is decoding holds its
+            # prefills back on passes off the prefill_schedule_interval
+            for r in self.running:
+                if self.t.computed[r] >= self.t.prompt_len[r] + self.t.generated[r] - 1:
+                    defer = True        # decoding: at most the last sampled token to compute
+                    break
 
         # (A) running requests, in running order
         i = 0
         while i < self.running.size() and self.budget > 0:
             r = self.running[i]
+            if defer and self.t.computed[r] < self.t.prompt_len[r] + self.t.generated[r] - 1:
+                i += 1                  # a prefill chunk continuation waits for an aligned pass
+                continue
             res = self._schedule(r, False, 0)
             if res == BLOCKED:
                 break
@@ -238,6 +248,8 @@ cdef class VllmRank(Rank):
                 # vLLM must compute at least the last token to sample from it; TRT-LLM and
                 # requests that sample nothing (zero output) take a full hit
                 cached = ((seq_len - 1) // bs) * bs
+            if defer and seq_len - cached > 1:
+                break                   # needs local prefill: not on a throttled pass
             if self.trtllm:
                 needed = ceil_div(self._final_len(r), bs) - (active_cached if active_cached < cached else cached) // bs
                 available = self.num_blocks - self.pool.num_active() - self._trt_reserved()
@@ -303,6 +315,8 @@ cdef class VllmRank(Rank):
         for r in self.out_rejected:
             self.t.terminal_time[r] = end
 
+        if not defer and not self.preempted_any:
+            self.capacity_bound = self.waiting.size() > 0
         self.out.end = end
         self.out.prefill_n = self.b_n
         self.out.decode_n = n_decode

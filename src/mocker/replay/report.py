@@ -148,8 +148,12 @@ def _opt(x: float):
 
 
 def build_records(cols: dict, order: np.ndarray, session_id: list, turn_index: list,
-                  max_sim_time_ms: float = math.inf) -> list[dict]:
-    """Per-request records in arrival order (the reference's field names)."""
+                  max_sim_time_ms: float = math.inf, dp_size: int = 1,
+                  route_overlap_tokens: np.ndarray | None = None) -> list[dict]:
+    """Per-request records in arrival order (the reference's field names).
+
+    Worker indices are scheduler ids (``worker * dp_size + dp_rank``), as in the reference.
+    """
     adm_rid = cols["adm_rid"]
     adm_order = np.argsort(adm_rid, kind="stable")
     starts = np.searchsorted(adm_rid[adm_order], np.arange(len(cols["arrival_time_ms"]) + 1))
@@ -207,8 +211,9 @@ def build_records(cols: dict, order: np.ndarray, session_id: list, turn_index: l
             "decode_route_overlap_tokens": None,
             "routing_history": [{
                 "pool": "agg", "outcome": "immediate", "queue_entered_at_ms": None,
-                "released_at_ms": None, "queue_wait_ms": 0.0, "logical_worker_id": w,
-                "scheduler_id": w, "dp_rank": 0, "reported_overlap_tokens": 0,
+                "released_at_ms": None, "queue_wait_ms": 0.0, "logical_worker_id": w // dp_size,
+                "scheduler_id": w, "dp_rank": w % dp_size,
+                "reported_overlap_tokens": 0 if route_overlap_tokens is None else int(route_overlap_tokens[r]),
                 "selected_overlap_blocks": None, "best_available_overlap_blocks": None,
                 "overlap_regret_blocks": None, "placement_replica_id": None}],
             "admission_history": hist,

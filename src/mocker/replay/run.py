@@ -84,14 +84,16 @@ def _build_ranks(config: dict, table: ReqTable, num_workers: int, kv_events: boo
     engine = config["engine"]
     if kv_events and not engine["emit_kv_events"]:
         engine = dict(engine, emit_kv_events=True)     # the router consumes the workers' events
-    if config["dp_size"] != 1:
-        raise ConfigError("dp_size > 1 is not supported by mocker's replay yet")
+    if engine["prefill_schedule_interval"] != 1 and engine["backend"] != "vllm":
+        raise ConfigError("prefill_schedule_interval is supported only for backend=vllm; "
+                          "use prefill_decode_interval for backend=sglang")
     if engine["worker_type"] != "aggregated":
         raise ConfigError("aggregated replay requires engine.worker_type='aggregated'")
     if engine["aic_nextn"] is not None:
         raise ConfigError("engine.aic_nextn (speculative decoding) is not supported by mocker yet")
     rank_cls = SglangRank if engine["backend"] == "sglang" else VllmRank
-    return [rank_cls(table, engine) for _ in range(num_workers)]
+    # a worker is dp_size ranks, each a whole scheduler with its own KV pool
+    return [rank_cls(table, engine) for _ in range(num_workers * config["dp_size"])]
 
 
 def _router_settings(router_mode: str, router_config: Any, kv_event_lag_ms: Any) -> dict | None:
@@ -128,9 +130,11 @@ def simulate(workload: Workload, config: dict, *, num_workers: int = 1, concurre
     cap = math.inf if max_sim_time_ms is None else float(max_sim_time_ms)
     kv_router = None
     if router is not None:
-        kv_router = KvRouter(table, num_workers, engine["block_size"], router,
+        # every (worker, dp rank) is a routing target with its own cache and load
+        kv_router = KvRouter(table, len(ranks), engine["block_size"], router,
                              float(kv_event_lag_ms or 0.0))
-    core = ReplayCore(table, ranks, workload.columns(), concurrency or 0, cap, workload.delta, kv_router)
+    core = ReplayCore(table, ranks, workload.columns(), concurrency or 0, cap, workload.delta, kv_router,
+                      config["dp_size"], engine["prefill_schedule_interval"])
     slice_passes = 20000
     last_report = time.perf_counter()
     while True:
@@ -167,7 +171,9 @@ def _execute(workload: Workload, config: dict, *, num_workers: int, concurrency:
                             num_workers=num_workers, gpus_per_worker=tp, max_sim_time_ms=cap, sla=sla)
     records = None
     if capture_per_request or report_jsonl_path is not None:
-        records = build_records(cols, order, workload.session_id, workload.turn_index, cap)
+        overlap = None if sim.router is None else sim.router.overlap_tokens()
+        records = build_records(cols, order, workload.session_id, workload.turn_index, cap,
+                                dp_size=config["dp_size"], route_overlap_tokens=overlap)
         if report_jsonl_path is not None:
             import json
             with open(report_jsonl_path, "w", encoding="utf-8") as fh:
