@@ -27,8 +27,12 @@ RECORD_FIELDS = (
     "ttft_ms", "ttst_ms", "e2e_latency_ms", "itl_ms", "input_length", "requested_output_length",
     "output_length", "reused_input_tokens", "decode_worker_idx", "prefill_worker_idx",
     "admission_count", "readmission_count", "terminal_status", "session_id", "turn_index",
+    # disaggregated handoff (None in aggregated runs)
+    "prefill_admit_ms", "source_held_ms", "destination_reserved_ms", "destination_activated_ms",
+    "decode_admit_ms", "source_released_ms", "decode_reused_input_tokens",
+    "prefill_route_overlap_tokens", "decode_route_overlap_tokens",
 )
-ADMISSION_FIELDS = ("at_ms", "reused_input_tokens", "is_readmission")
+ADMISSION_FIELDS = ("at_ms", "reused_input_tokens", "is_readmission", "pool", "pool_admission_ordinal")
 
 
 # ---- comparison rules: tools/parity_rules.py (shared with the golden writer and the fuzzer) --
@@ -120,6 +124,8 @@ _FILES = scenario_files()
 KNOWN_DIVERGENT: dict[str, str] = {
     "dp_tiny_sglang_dp2": "SGLang with dp_size > 1 and chunked prefills: the reference's ranks do not "
                           "follow the shared pass clock the vLLM ranks do (open, issue 4)",
+    "pd_pressure_1p1d": "disaggregated decode pool under preemption: when the reference lets a "
+                        "transferred request in ahead of preempted ones is not pinned down (open, issue 4)",
 }
 
 

@@ -339,7 +339,76 @@ def scenarios():
     sc += sglang_scenarios()
     sc += kv_router_scenarios()
     sc += dp_scenarios()
+    sc += disagg_scenarios()
     return sc
+
+
+# --------------------------------------------------------------------------------------------
+# Disaggregated prefill -> decode (prefill_engine_args + decode_engine_args; names prefixed pd_)
+# --------------------------------------------------------------------------------------------
+def pd_args(prefill=None, decode=None, top_p=None, top_d=None, **common):
+    """prefill_engine_args / decode_engine_args JSON for a vLLM 1P1D-style run."""
+    pe = {"worker_type": "prefill", **common, **(prefill or {})}
+    de = {"worker_type": "decode", **common, **(decode or {})}
+    return {"prefill_engine_args": json.dumps({"engine": pe, **(top_p or {})}),
+            "decode_engine_args": json.dumps({"engine": de, **(top_d or {})})}
+
+
+def pd_req(t, n, o, base, bs=64):
+    return line(t, n, o, list(range(base, base + -(-n // bs))))
+
+
+def disagg_scenarios():
+    tiny = tiny_trace()
+    mix = mixed_trace(11)
+    fixed = {"block_size": 64, "timing_model": {"type": "fixed", "prefill_ms": 10.0, "decode_ms": 1.0}}
+    x1 = {"kv_transfer_bytes_per_token": 1000000, "kv_transfer_bandwidth": 1.0}
+    r8b = {"kv_transfer_bytes_per_token": 131072, "kv_transfer_bandwidth": 50.0}
+    t3 = [pd_req(0, 1000, 30, 100), pd_req(0, 1001, 10, 200), pd_req(12, 300, 10, 400)]
+    t6 = [pd_req(0, 1000, 5, 100), pd_req(500, 640, 5, 200), pd_req(600, 1000, 5, 100)]
+    t8 = [pd_req(0, 1000, 10, 100), pd_req(0, 1001, 10, 200)]
+    return [
+        T("pd_r8_tiny", tiny, "R8: 1P1D, kv_router, no transfer cost", **KVR, **pd_args()),
+        T("pd_r8_tiny_rr", tiny, "R8 with round robin", **pd_args()),
+        T("pd_r8b_tiny", tiny, "R8b: 131072 B/token at 50 GB/s, full_prompt", **KVR, **pd_args(prefill=r8b, decode=r8b)),
+        T("pd_r8c_tiny", tiny, "R8c: destination_missing", **KVR,
+          **pd_args(prefill={**r8b, "kv_transfer_timing_mode": "destination_missing"}, decode=r8b)),
+        T("pd_t1_transfer", [pd_req(0, 1000, 3, 100)], "1000 ms transfer", trace_block_size=64, **KVR,
+          **pd_args(prefill=x1, **fixed)),
+        T("pd_t2_dest_missing_repeat", [pd_req(0, 1000, 3, 100), pd_req(2000, 1000, 3, 100)],
+          "destination_missing, resident prefix on decode", trace_block_size=64, **KVR,
+          **pd_args(prefill={**x1, "kv_transfer_timing_mode": "destination_missing"}, **fixed)),
+        T("pd_t3_decode_room", t3, "decode pool of 24 blocks: reservations wait in order", trace_block_size=64,
+          **KVR, **pd_args(decode={"num_gpu_blocks": 24}, **fixed)),
+        T("pd_t4_busy_decode", [pd_req(0, 1000, 10, 100), pd_req(12, 1000, 5, 200)],
+          "3 ms decode passes: reservation/activation at pass ends", trace_block_size=64, **KVR,
+          **pd_args(prefill={"kv_transfer_bytes_per_token": 1000000, "kv_transfer_bandwidth": 1000.0},
+                    decode={"timing_model": {"type": "fixed", "prefill_ms": 10.0, "decode_ms": 3.0}},
+                    block_size=64, timing_model=fixed["timing_model"])),
+        T("pd_t6_router", t6, "prefill/decode router costs with a held source", trace_block_size=64, **KVR,
+          **pd_args(prefill=x1, **fixed)),
+        T("pd_t7_decode_seqs1", t8, "decode max_num_seqs 1", trace_block_size=64, **KVR,
+          **pd_args(decode={"max_num_seqs": 1}, **fixed)),
+        T("pd_t8_held_blocks", t8, "held source blocks delay prefill admissions", trace_block_size=64, **KVR,
+          **pd_args(prefill={**x1, "num_gpu_blocks": 20}, **fixed)),
+        T("pd_mix_1p1d", mix, "mixed trace 1P1D", **pd_args()),
+        T("pd_mix_2p2d_rr", mix, "mixed trace, 2 prefill + 2 decode workers, round robin",
+          num_prefill_workers=2, num_decode_workers=2, **pd_args()),
+        T("pd_mix_1p2d_rr_transfer", mix, "1 prefill + 2 decode, round robin, transfer cost",
+          num_decode_workers=2, **pd_args(prefill=r8b)),
+        T("pd_pressure_1p1d", pressure_trace(12), "small decode pool: preemption after transfer",
+          **pd_args(decode={"num_gpu_blocks": 200, "block_size": 32}, prefill={"block_size": 32})),
+        T("pd_prefill_pressure", pressure_trace(12), "small prefill pool: held sources block admissions",
+          **pd_args(prefill={"num_gpu_blocks": 120, "block_size": 32, **r8b}, decode={"block_size": 32})),
+        T("pd_sessions", session_trace("delay"), "multi-turn sessions 1P1D", **pd_args()),
+        T("pd_concurrency", mix, "closed loop concurrency 3, 1P1D", replay_concurrency=3, **pd_args()),
+        T("pd_tp_dp", tiny, "prefill tp 2, decode dp 2", **pd_args(top_p={"tensor_parallel_size": 2},
+                                                                    top_d={"dp_size": 2})),
+        S("pd_synth", (2000, 40, 60), "synthetic 1P1D, rate 10, shared prefixes", request_rate=10.0,
+          shared_prefix_ratio=0.5, num_prefix_groups=3, **KVR, **pd_args(prefill=r8b)),
+        S("pd_synth_2p3d", (1500, 60, 80), "synthetic 2 prefill + 3 decode, kv_router", request_rate=25.0,
+          num_prefill_workers=2, num_decode_workers=3, **KVR, **pd_args()),
+    ]
 
 
 # --------------------------------------------------------------------------------------------

@@ -11,11 +11,13 @@ cimport numpy as cnp
 from libc.math cimport INFINITY
 from libc.stdint cimport int8_t, int32_t, int64_t, uint64_t
 from libcpp.vector cimport vector
+from libcpp.deque cimport deque
 from libcpp.queue cimport priority_queue
 from libcpp.pair cimport pair
 from mocker._core._types cimport rid_t, KvEvent
-from mocker._core.table cimport ReqTable, TokRun, RUN_GEN, ST_COMPLETED
+from mocker._core.table cimport ReqTable, TokRun, RUN_GEN, ST_COMPLETED, ST_RUNNING
 from mocker._core.rank cimport Rank
+from mocker._core.vllm cimport VllmRank
 from mocker._core.router cimport KvRouter
 from mocker._core.stats cimport (Welford, welford_init, welford_add, welford_mean, welford_std,
                                  welford_min, welford_max, DDSketch, ddsketch_init, ddsketch_free,
@@ -34,9 +36,25 @@ cdef class ReplayCore:
     cdef ReqTable t
     cdef list _ranks                     # keeps the rank objects alive
     cdef vector[void*] ranks             # borrowed Rank pointers (nogil access)
-    cdef int64_t n_workers               # logical workers (groups of `dp` ranks sharing a pass clock)
-    cdef int64_t n_ranks                 # scheduler ranks: rank k is worker k // dp, dp rank k % dp
-    cdef int64_t dp
+    cdef int64_t n_workers               # logical workers (groups of dp ranks sharing a pass clock)
+    cdef int64_t n_ranks                 # scheduler ranks, worker by worker
+    cdef int64_t dp                      # ranks per worker (aggregated; the first pool when disaggregated)
+    cdef vector[int64_t] g_first         # per worker: its first rank
+    cdef vector[int64_t] g_n             # per worker: its ranks
+    cdef vector[int64_t] group_of        # per rank: its worker
+    # disaggregated prefill -> decode (spec core-sim §6.6): prefill ranks first, then decode ranks
+    cdef bint disagg
+    cdef int64_t n_prefill_ranks
+    cdef int64_t n_prefill_workers
+    cdef KvRouter drouter                # decode router (None: round robin)
+    cdef int64_t drr_next
+    cdef vector[deque[rid_t]] pend_reserve     # per decode rank: destinations waiting for room (FIFO)
+    cdef vector[vector[rid_t]] pend_activate   # per decode rank: transfers done while it was busy
+    cdef vector[vector[rid_t]] pend_release    # per prefill rank: sources to free at its pass end
+    cdef priority_queue[Arrival] transfers     # (-done time, -rid)
+    cdef double xfer_bytes                     # prefill engine: kv_transfer_bytes_per_token (0: none)
+    cdef double xfer_bw                        # prefill engine: kv_transfer_bandwidth GB/s (0: none)
+    cdef bint xfer_missing                     # destination_missing timing mode
     cdef int64_t interval                # prefill_schedule_interval (attention DP)
     cdef vector[int8_t] stepped          # per rank: ran in its worker's current pass
     cdef vector[int64_t] next_rank       # per worker: round-robin rank counter
@@ -89,7 +107,7 @@ cdef class ReplayCore:
 
     def __init__(self, ReqTable table, list ranks, dict w, int64_t concurrency=0,
                  double max_sim_time_ms=INFINITY, bint delta=False, KvRouter router=None,
-                 int64_t dp_size=1, int64_t prefill_schedule_interval=1):
+                 int64_t dp_size=1, int64_t prefill_schedule_interval=1, dict disagg=None):
         """``w``: numpy columns of the workload (see ``mocker.replay.run``)."""
         cdef int64_t n = table.n, i
         cdef cnp.int64_t[::1] run_off = w["run_off"]
@@ -103,16 +121,46 @@ cdef class ReplayCore:
         cdef cnp.int32_t[::1] heads = w["session_heads"]
         cdef cnp.float64_t[::1] head_time = w["head_arrival_ms"]
         cdef TokRun tr
+        cdef int64_t j
         self.t = table
         self._ranks = ranks
         for rk in ranks:
             self.ranks.push_back(<void*>rk)
-        if dp_size < 1 or len(ranks) % dp_size != 0:
-            raise ValueError("the ranks must form whole workers of dp_size ranks")
         self.n_ranks = len(ranks)
         self.dp = dp_size
-        self.n_workers = self.n_ranks // dp_size
         self.interval = prefill_schedule_interval if prefill_schedule_interval > 0 else 1
+        if disagg is None:
+            if dp_size < 1 or self.n_ranks % dp_size != 0:
+                raise ValueError("the ranks must form whole workers of dp_size ranks")
+            for i in range(self.n_ranks // dp_size):
+                self.g_first.push_back(i * dp_size)
+                self.g_n.push_back(dp_size)
+        else:
+            # {"prefill_workers", "prefill_dp", "decode_workers", "decode_dp", "decode_router",
+            #  "bytes_per_token", "bandwidth_gbps", "destination_missing"}
+            self.disagg = True
+            self.n_prefill_workers = disagg["prefill_workers"]
+            self.n_prefill_ranks = disagg["prefill_workers"] * disagg["prefill_dp"]
+            if self.n_prefill_ranks + disagg["decode_workers"] * disagg["decode_dp"] != self.n_ranks:
+                raise ValueError("rank count does not match the prefill and decode pools")
+            for i in range(disagg["prefill_workers"]):
+                self.g_first.push_back(i * disagg["prefill_dp"])
+                self.g_n.push_back(disagg["prefill_dp"])
+            for i in range(disagg["decode_workers"]):
+                self.g_first.push_back(self.n_prefill_ranks + i * disagg["decode_dp"])
+                self.g_n.push_back(disagg["decode_dp"])
+            self.drouter = disagg["decode_router"]
+            self.xfer_bytes = disagg["bytes_per_token"] or 0.0
+            self.xfer_bw = disagg["bandwidth_gbps"] or 0.0
+            self.xfer_missing = disagg["destination_missing"]
+            self.pend_reserve.resize(self.n_ranks)
+            self.pend_activate.resize(self.n_ranks)
+            self.pend_release.resize(self.n_ranks)
+        self.n_workers = <int64_t>self.g_first.size()
+        self.group_of.resize(self.n_ranks, 0)
+        for i in range(self.n_workers):
+            for j in range(self.g_first[i], self.g_first[i] + self.g_n[i]):
+                self.group_of[j] = i
         self.stepped.resize(self.n_ranks, 0)
         self.next_rank.resize(self.n_workers, 0)
         self.wave.resize(self.n_workers, 0)
@@ -165,26 +213,34 @@ cdef class ReplayCore:
                 vector[TokRun]().swap(self.full_runs[r])
         else:
             self.t.set_prompt_runs(r, self.runs.data() + self.run_off[r], self.run_off[r + 1] - self.run_off[r])
-        if self.routed:
+        if self.disagg:
+            # the prefill pool runs the prompt with one hidden output token
+            if self.routed:
+                w = self.router.route(r, at)
+            else:
+                w = self.rr_next % self.n_prefill_ranks        # round robin over all prefill ranks
+                self.rr_next += 1
+            self.t.prefill_worker[r] = <int32_t>w
+            self.t.max_out[r] = 1
+        elif self.routed:
             w = self.router.route(r, at)
+            self.t.worker[r] = <int32_t>w
         else:
             # round robin over workers, and over each worker's ranks in turn
             w = self.rr_next % self.n_workers
             self.rr_next += 1
-            w = w * self.dp + self.next_rank[w] % self.dp
-            self.next_rank[w // self.dp] += 1
-        self.t.worker[r] = <int32_t>w
+            w = self.g_first[w] + self.next_rank[w] % self.g_n[w]
+            self.next_rank[self.group_of[w]] += 1
+            self.t.worker[r] = <int32_t>w
         self.arrived += 1
         self.arrival_seq.push_back(r)
-        self.stalled[w // self.dp] = 0
+        self.stalled[self.group_of[w]] = 0
         (<Rank>self.ranks[w]).add_request(r)
 
     cdef void _on_terminal(self, rid_t r, double at) noexcept nogil:
         cdef rid_t nt = self.next_turn[r]
         cdef TokRun g
         cdef double x
-        if self.routed:
-            self.router.on_terminal(r)
         self.terminal += 1
         self.t.release_content(r)
         if self.t.status[r] == ST_COMPLETED:
@@ -244,6 +300,8 @@ cdef class ReplayCore:
         cdef int64_t j
         while budget > 0:
             tn = self._next_arrival()
+            if not self.transfers.empty() and -self.transfers.top().first < tn:
+                tn = -self.transfers.top().first
             for w in range(self.n_workers):
                 if self.busy[w] and self.busy_until[w] < tn:
                     tn = self.busy_until[w]
@@ -260,6 +318,16 @@ cdef class ReplayCore:
                 if self.busy[w] and self.busy_until[w] == now:
                     self.busy[w] = 0
                     self._complete_worker_pass(w, now)
+            # 1b. KV transfers that finish now: activate the destination (at the decode
+            #     worker's pass end if it is busy), then release the source
+            while not self.transfers.empty() and -self.transfers.top().first <= now:
+                r = <rid_t>(-self.transfers.top().second)
+                self.transfers.pop()
+                j = self.n_prefill_ranks + self.t.worker[r]
+                if self.busy[self.group_of[j]]:
+                    self.pend_activate[j].push_back(r)
+                else:
+                    self._activate(r, j, now)
             # 2. admissions
             while True:
                 r = self._pop_arrival(now)
@@ -279,9 +347,9 @@ cdef class ReplayCore:
                         self.busy_until[w] = x
                         break
                     if not self._effect:
-                        if (<Rank>self.ranks[w * self.dp]).stall_is_fatal:
+                        if (<Rank>self.ranks[self.g_first[w]]).stall_is_fatal:
                             self.stalled_inflight = 0
-                            for j in range(w * self.dp, (w + 1) * self.dp):
+                            for j in range(self.g_first[w], self.g_first[w] + self.g_n[w]):
                                 self.stalled_inflight += <int64_t>((<Rank>self.ranks[j]).waiting.size()
                                                                    + (<Rank>self.ranks[j]).running.size())
                             return True
@@ -292,7 +360,7 @@ cdef class ReplayCore:
 
     cdef bint _has_work(self, int64_t w) noexcept nogil:
         cdef int64_t k
-        for k in range(w * self.dp, (w + 1) * self.dp):
+        for k in range(self.g_first[w], self.g_first[w] + self.g_n[w]):
             if (<Rank>self.ranks[k]).has_work():
                 return True
         return False
@@ -302,9 +370,11 @@ cdef class ReplayCore:
         with its slowest rank and every rank's output is stamped with that end."""
         cdef int64_t k
         cdef double end = now
-        cdef bint throttle = self.dp > 1 and self.interval > 1 and self.wave[w] % self.interval != 0
+        cdef bint throttle = self.g_n[w] > 1 and self.interval > 1 and self.wave[w] % self.interval != 0
         self._effect = False
-        for k in range(w * self.dp, (w + 1) * self.dp):
+        if self.disagg:
+            self.t.pool = 1 if w < self.n_prefill_workers else 2     # admissions are booked per pool
+        for k in range(self.g_first[w], self.g_first[w] + self.g_n[w]):
             if not (<Rank>self.ranks[k]).has_work():
                 self.stepped[k] = 0
                 continue
@@ -316,25 +386,107 @@ cdef class ReplayCore:
             if (<Rank>self.ranks[k]).out.effect:
                 self._effect = True
         self.wave[w] += 1
-        if self.dp > 1:
-            for k in range(w * self.dp, (w + 1) * self.dp):
+        if self.g_n[w] > 1:
+            for k in range(self.g_first[w], self.g_first[w] + self.g_n[w]):
                 if self.stepped[k] and (<Rank>self.ranks[k]).out.end != end:
                     (<Rank>self.ranks[k]).restamp(end)
         return end
 
     cdef void _complete_worker_pass(self, int64_t w, double now) noexcept nogil:
-        cdef int64_t k
-        for k in range(w * self.dp, (w + 1) * self.dp):
+        cdef int64_t k, n
+        cdef rid_t r
+        for k in range(self.g_first[w], self.g_first[w] + self.g_n[w]):
             if self.stepped[k]:
-                self.stepped[k] = 0
                 self._complete_pass(k, now)
         if not self._has_work(w):
             self.wave[w] = 0            # the worker drained: a new wave of passes begins
+        if self.disagg:
+            # handoff steps that waited for this worker's pass end
+            for k in range(self.g_first[w], self.g_first[w] + self.g_n[w]):
+                if w < self.n_prefill_workers:
+                    for r in self.pend_release[k]:
+                        self._release(r, k, now)
+                    self.pend_release[k].clear()
+                else:
+                    # every event a busy decode rank handles at its pass end (the pass end
+                    # itself, each completion, each transfer that arrived meanwhile) lets it
+                    # take one waiting destination
+                    n = 1 + <int64_t>self.pend_activate[k].size()
+                    if self.stepped[k]:
+                        n += <int64_t>(<Rank>self.ranks[k]).out_completed.size()
+                    for r in self.pend_activate[k]:
+                        (<VllmRank>self.ranks[k]).activate_destination(r)
+                        self._activated(r, k, now)
+                    self.pend_activate[k].clear()
+                    self._try_reserve(k, now, n)
+
+        for k in range(self.g_first[w], self.g_first[w] + self.g_n[w]):
+            self.stepped[k] = 0
+
+    # -- disaggregated handoff -------------------------------------------------------------
+    cdef void _source_held(self, rid_t r, double now) noexcept nogil:
+        """``r``'s prefill ended: its KV is held; pick a decode rank and reserve room there."""
+        cdef int64_t d
+        self.t.source_held[r] = now
+        self.t.forget_tokens(r)             # the prefill pool's token is not visible
+        self.t.status[r] = ST_RUNNING
+        if self.drouter is not None:
+            d = self.drouter.route(r, now)
+        else:
+            d = self.drr_next % (self.n_ranks - self.n_prefill_ranks)
+            self.drr_next += 1
+        self.t.worker[r] = <int32_t>d
+        d += self.n_prefill_ranks
+        self.pend_reserve[d].push_back(r)
+        if not self.busy[self.group_of[d]]:
+            self._try_reserve(d, now, 1)      # an idle decode worker takes it at once
+
+    cdef void _try_reserve(self, int64_t k, double now, int64_t attempts) noexcept nogil:
+        """Reserve up to ``attempts`` destinations waiting on decode rank ``k``, in order (the
+        head of the line waits for room)."""
+        cdef rid_t r
+        cdef int64_t missing = 0
+        cdef double tokens, delay
+        while self.pend_reserve[k].size() > 0 and attempts > 0:
+            attempts -= 1
+            r = self.pend_reserve[k].front()
+            if not (<VllmRank>self.ranks[k]).reserve_destination(r, &missing):
+                break                       # head of line waits for room
+            self.pend_reserve[k].pop_front()
+            self.t.dest_reserved[r] = now
+            delay = 0.0
+            if self.xfer_bytes > 0.0 and self.xfer_bw > 0.0:
+                tokens = <double>(missing * (<Rank>self.ranks[k]).bs if self.xfer_missing
+                                  else self.t.prompt_len[r])
+                delay = (tokens * self.xfer_bytes) / (self.xfer_bw * 1e9) * 1000.0
+            self.transfers.push(Arrival(-(now + delay), -<int64_t>r))
+
+    cdef void _activate(self, rid_t r, int64_t k, double now) noexcept nogil:
+        """A transfer finished while decode rank ``k`` is idle."""
+        (<VllmRank>self.ranks[k]).activate_destination(r)
+        self._activated(r, k, now)
+        self._try_reserve(k, now, 1)
+
+    cdef void _activated(self, rid_t r, int64_t k, double now) noexcept nogil:
+        cdef int64_t p = self.t.prefill_worker[r]
+        self.t.dest_activated[r] = now
+        self.stalled[self.group_of[k]] = 0
+        if self.busy[self.group_of[p]]:
+            self.pend_release[p].push_back(r)
+        else:
+            self._release(r, p, now)
+
+    cdef void _release(self, rid_t r, int64_t p, double now) noexcept nogil:
+        (<VllmRank>self.ranks[p]).release_source(r)
+        self.t.source_released[r] = now
+        self.stalled[self.group_of[p]] = 0
+        if self.routed:
+            self.router.on_terminal(r)      # the prefill router's books: the handoff is complete
 
     cdef void _complete_pass(self, int64_t w, double now) noexcept nogil:
         cdef rid_t r
         cdef vector[KvEvent]* evs = (<Rank>self.ranks[w]).kv_events()
-        if self.routed:
+        if self.routed and (not self.disagg or w < self.n_prefill_ranks):
             # the pass's KV events and first tokens become visible at its end
             self.router.on_events(<int32_t>w, evs, now)
             for r in (<Rank>self.ranks[w]).out_emitted:
@@ -342,10 +494,26 @@ cdef class ReplayCore:
         elif evs != NULL:
             evs.clear()
         self.committed_prefill += (<Rank>self.ranks[w]).out.committed_prefill
+        if self.disagg and w < self.n_prefill_ranks:
+            for r in (<Rank>self.ranks[w]).out_completed:
+                self._source_held(r, now)
+            for r in (<Rank>self.ranks[w]).out_rejected:
+                if self.routed:
+                    self.router.on_terminal(r)
+                self._on_terminal(r, now)
+            return
         for r in (<Rank>self.ranks[w]).out_completed:
-            self._on_terminal(r, now)
+            self._terminal_routed(r, now)
         for r in (<Rank>self.ranks[w]).out_rejected:
-            self._on_terminal(r, now)
+            self._terminal_routed(r, now)
+
+    cdef void _terminal_routed(self, rid_t r, double now) noexcept nogil:
+        if self.disagg:
+            if self.drouter is not None:
+                self.drouter.on_terminal(r)
+        elif self.routed:
+            self.router.on_terminal(r)
+        self._on_terminal(r, now)
 
     def advance(self, int64_t max_passes=1 << 62):
         """Run up to ``max_passes`` passes; returns True when the replay is finished."""

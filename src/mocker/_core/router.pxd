@@ -42,6 +42,7 @@ cdef class KvRouter:
     cdef vector[int64_t] active_prefill  # per worker: prefill tokens of requests before their first token
     cdef vector[int64_t] active_reqs     # per worker: routed, unfinished requests
     # per request
+    cdef vector[int32_t] req_w           # target the request was routed to (-1: none)
     cdef vector[int64_t] req_prefill     # tokens counted in active_prefill (-1: none)
     cdef vector[int32_t] req_blocks      # prompt blocks counted in the active set
     cdef vector[double] req_cost         # cost of the chosen worker (the reference logs it as `logit`)

@@ -44,6 +44,7 @@ cdef class KvRouter:
         self.active_blocks.assign(num_workers, 0)
         self.active_prefill.assign(num_workers, 0)
         self.active_reqs.assign(num_workers, 0)
+        self.req_w.assign(table.n, -1)
         self.req_prefill.assign(table.n, -1)
         self.req_blocks.assign(table.n, 0)
         self.req_cost.assign(table.n, 0.0)
@@ -191,14 +192,16 @@ cdef class KvRouter:
     cdef void on_token(self, rid_t r) noexcept nogil:
         """A token of ``r`` became visible: its prefill no longer loads its worker."""
         if self.req_prefill[r] >= 0:
-            self.active_prefill[self.t.worker[r]] -= self.req_prefill[r]
+            self.active_prefill[self.req_w[r]] -= self.req_prefill[r]
             self.req_prefill[r] = -1
 
     cdef void on_terminal(self, rid_t r) noexcept nogil:
         """``r`` finished (or was rejected): free what it held in the router's books."""
-        cdef int32_t w = self.t.worker[r]
+        cdef int32_t w = self.req_w[r]
         cdef int64_t i, off
         cdef unordered_map[hash_t, int64_t].iterator it
+        if w < 0:
+            return
         self.on_token(r)
         if not self.assume_kv_reuse:
             self.active_blocks[w] -= self.req_blocks[r]
@@ -215,6 +218,7 @@ cdef class KvRouter:
                 self.active_free.push_back(off)
         self.req_blocks[r] = 0
         self.active_reqs[w] -= 1
+        self.req_w[r] = -1
 
     # -- the decision -----------------------------------------------------------------
     cdef int32_t route(self, rid_t r, double now) noexcept nogil:
@@ -270,6 +274,7 @@ cdef class KvRouter:
             pick = self.ties[0] if self.ties.size() == 1 else \
                 self.ties[<size_t>(self._rand() % <uint64_t>self.ties.size())]
         # book the request on its worker
+        self.req_w[r] = pick
         self.req_cost[r] = self.logit[pick]
         self.req_overlap[r] = self.overlap[pick]
         self.active_reqs[pick] += 1
@@ -297,7 +302,8 @@ cdef class KvRouter:
 
     def decisions_of(self, rids):
         """(worker, cost, cached blocks) of each routed request in ``rids``."""
-        return [(self.t.worker[r], self.req_cost[r], self.req_overlap[r]) for r in rids]
+        return [(self.req_w[r] if self.req_w[r] >= 0 else self.t.worker[r], self.req_cost[r],
+                 self.req_overlap[r]) for r in rids]
 
     def cached_hashes(self, int64_t w):
         """The block hashes the router believes worker ``w`` holds."""

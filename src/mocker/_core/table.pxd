@@ -38,7 +38,9 @@ cdef class ReqTable:
     cdef vector[int64_t] generated    # output tokens generated so far
     cdef vector[int64_t] computed     # tokens whose KV is computed
     cdef vector[int64_t] allocated    # tokens covered by allocated blocks
-    cdef vector[int32_t] worker       # worker index (-1 = unrouted)
+    cdef vector[int32_t] worker       # worker index (-1 = unrouted); disaggregated: decode scheduler id
+    cdef vector[int32_t] prefill_worker   # disaggregated: prefill scheduler id (-1 = none)
+    cdef vector[int8_t] activated     # disaggregated: prompt KV transferred, waits for decode admission
     cdef vector[vector[slot_t]] blocks    # block table: physical slot per block position
     cdef vector[vector[hash_t]] hashes    # chained hashes of full blocks known so far
     cdef vector[vector[TokRun]] tail      # runs of the trailing partial prompt block
@@ -56,6 +58,13 @@ cdef class ReqTable:
     cdef vector[double] second_token  # NaN = none
     cdef vector[double] last_token    # NaN = none
     cdef vector[double] terminal_time # NaN = not terminal
+    # disaggregated handoff (NaN = not reached / aggregated)
+    cdef vector[double] prefill_admit
+    cdef vector[double] source_held
+    cdef vector[double] dest_reserved
+    cdef vector[double] dest_activated
+    cdef vector[double] decode_admit
+    cdef vector[double] source_released
     cdef vector[int64_t] out_tokens   # tokens emitted
     cdef vector[int64_t] reused_first # cached prefix tokens at first admission
     cdef vector[int64_t] reused_max   # max cached prefix over admissions
@@ -65,6 +74,8 @@ cdef class ReqTable:
     cdef vector[rid_t] adm_rid
     cdef vector[double] adm_at
     cdef vector[int64_t] adm_reused
+    cdef vector[int8_t] adm_pool      # 0 aggregated, 1 prefill pool, 2 decode pool
+    cdef int8_t pool                  # pool of the admissions being recorded (set by the driver)
 
     cdef void resize(self, int64_t n) noexcept nogil
     cdef void set_prompt_runs(self, rid_t r, const TokRun* runs, int64_t nruns) noexcept nogil
@@ -72,6 +83,8 @@ cdef class ReqTable:
     cdef hash_t block_hash(self, rid_t r, int64_t k) noexcept nogil
     cdef void release_content(self, rid_t r) noexcept nogil
     cdef void record_admission(self, rid_t r, double now, int64_t reused) noexcept nogil
+    cdef void record_decode_admission(self, rid_t r, double now) noexcept nogil
+    cdef void forget_tokens(self, rid_t r) noexcept nogil
 
 
 cdef inline hash_t mix64(hash_t x) noexcept nogil:

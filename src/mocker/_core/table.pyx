@@ -70,6 +70,14 @@ cdef class ReqTable:
         self.computed.resize(n, 0)
         self.allocated.resize(n, 0)
         self.worker.resize(n, -1)
+        self.prefill_worker.resize(n, -1)
+        self.activated.resize(n, 0)
+        self.prefill_admit.resize(n, NAN)
+        self.source_held.resize(n, NAN)
+        self.dest_reserved.resize(n, NAN)
+        self.dest_activated.resize(n, NAN)
+        self.decode_admit.resize(n, NAN)
+        self.source_released.resize(n, NAN)
         self.blocks.resize(n)
         self.hashes.resize(n)
         self.tail.resize(n)
@@ -220,6 +228,29 @@ cdef class ReqTable:
         self.adm_rid.push_back(r)
         self.adm_at.push_back(now)
         self.adm_reused.push_back(reused)
+        self.adm_pool.push_back(self.pool)
+        if self.pool == 1 and not readmit:
+            self.prefill_admit[r] = now
+
+    cdef void record_decode_admission(self, rid_t r, double now) noexcept nogil:
+        """Disaggregated: the transferred request enters a decode batch (nothing reused there)."""
+        if self.decode_admit[r] != self.decode_admit[r]:       # NaN: first decode admission
+            self.decode_admit[r] = now
+        self.admissions[r] += 1
+        self.adm_rid.push_back(r)
+        self.adm_at.push_back(now)
+        self.adm_reused.push_back(0)
+        self.adm_pool.push_back(2)
+
+    cdef void forget_tokens(self, rid_t r) noexcept nogil:
+        """Disaggregated: drop the prefill pool's hidden token from the request's metrics."""
+        self.generated[r] = 0
+        self.out_tokens[r] = 0
+        self.first_token[r] = NAN
+        self.second_token[r] = NAN
+        self.last_token[r] = NAN
+        self.itl_buf[r].clear()
+        self.max_out[r] = self.req_out[r]
 
     def columns(self):
         """Copy the per-request columns out as numpy arrays (once per run)."""
@@ -242,6 +273,14 @@ cdef class ReqTable:
             "adm_rid": np.array(self.adm_rid, dtype=np.int32),
             "adm_at": np.array(self.adm_at, dtype=np.float64),
             "adm_reused": np.array(self.adm_reused, dtype=np.int64),
+            "adm_pool": np.array(self.adm_pool, dtype=np.int8),
+            "prefill_worker": np.array(self.prefill_worker, dtype=np.int32),
+            "prefill_admit_ms": np.array(self.prefill_admit, dtype=np.float64),
+            "source_held_ms": np.array(self.source_held, dtype=np.float64),
+            "destination_reserved_ms": np.array(self.dest_reserved, dtype=np.float64),
+            "destination_activated_ms": np.array(self.dest_activated, dtype=np.float64),
+            "decode_admit_ms": np.array(self.decode_admit, dtype=np.float64),
+            "source_released_ms": np.array(self.source_released, dtype=np.float64),
         }
 
     def set_prompt(self, rid_t r, token_ids, int64_t max_output_tokens):

@@ -1,7 +1,7 @@
 # One rank of the vLLM-style scheduler (spec core-sim §3); `trtllm` shares it (§3.9).
 cimport cython
 from libcpp.vector cimport vector
-from mocker._core._types cimport int64_t, rid_t, KvEvent
+from mocker._core._types cimport int64_t, rid_t, slot_t, KvEvent
 from mocker._core.rank cimport Rank
 from mocker._core.blocks cimport BlockPool
 
@@ -19,6 +19,10 @@ cdef class VllmRank(Rank):
     cdef int64_t b_n, b_isl, b_pre
     cdef bint preempted_any
     cdef bint capacity_bound        # attention DP: the last full pass left requests waiting
+    # disaggregated roles
+    cdef bint hold_source           # prefill worker: a finished request's blocks stay held
+    cdef vector[vector[slot_t]] held   # per request: held source blocks (prefill worker)
+    cdef int64_t n_activated        # decode worker: transferred requests waiting for admission
 
     cdef void _unschedule(self, rid_t v) noexcept nogil
     cdef rid_t _preempt_one(self) noexcept nogil
@@ -28,3 +32,7 @@ cdef class VllmRank(Rank):
     cdef int64_t _final_len(self, rid_t r) noexcept nogil
     cdef int64_t _trt_reserved(self) noexcept nogil
     cdef void _finish(self, rid_t r, double end) noexcept nogil
+    cdef bint reserve_destination(self, rid_t r, int64_t* missing_blocks) noexcept nogil
+    cdef void unreserve_destination(self, rid_t r) noexcept nogil
+    cdef void activate_destination(self, rid_t r) noexcept nogil
+    cdef void release_source(self, rid_t r) noexcept nogil

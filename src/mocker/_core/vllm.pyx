@@ -27,6 +27,9 @@ cdef class VllmRank(Rank):
         self.trtllm = engine["backend"] == "trtllm"
         self.pool = BlockPool(self.num_blocks, engine["enable_prefix_caching"],
                               engine.get("emit_kv_events", False))
+        self.hold_source = engine.get("worker_type") == "prefill"
+        if self.hold_source:
+            self.held.resize(table.n)
 
     @property
     def pool_view(self):
@@ -153,7 +156,12 @@ cdef class VllmRank(Rank):
                 return
 
     cdef void _finish(self, rid_t r, double end) noexcept nogil:
-        self.pool.release(&self.t.blocks[r])
+        if self.hold_source:
+            # disaggregated prefill: the KV stays allocated until the destination has it
+            self.held[r].swap(self.t.blocks[r])
+            self.t.blocks[r].clear()
+        else:
+            self.pool.release(&self.t.blocks[r])
         self.t.status[r] = ST_COMPLETED
         self.t.terminal_time[r] = end
         self.out_completed.push_back(r)
@@ -213,6 +221,27 @@ cdef class VllmRank(Rank):
             if res == SELF_PREEMPTED:
                 continue
             i += 1
+
+        # (B0) disaggregated decode: requests whose prompt KV arrived by transfer hold their
+        # blocks already and compute nothing; they enter ahead of the queue and sample their
+        # first visible token in this pass
+        if self.n_activated > 0 and not self.preempted_any:
+            i = 0
+            while (i < self.waiting.size() and self.n_activated > 0 and
+                   (self.max_num_seqs <= 0 or <int64_t>self.running.size() < self.max_num_seqs)):
+                r = self.waiting[i]
+                if not self.t.activated[r]:
+                    i += 1
+                    continue
+                self.waiting.erase(self.waiting.begin() + i)
+                self.n_activated -= 1
+                self.t.activated[r] = 0
+                self.t.status[r] = ST_RUNNING
+                self.t.sched_pass[r] = self.pass_id
+                self.t.sched_used[r] = 0
+                self.t.sched_prompt[r] = 0
+                self.running.push_back(r)
+                self.t.record_decode_admission(r, now)
 
         # (B) waiting admission, strictly FIFO head-of-line
         while (not self.preempted_any and self.waiting.size() > 0 and
@@ -322,3 +351,43 @@ cdef class VllmRank(Rank):
         self.out.decode_n = n_decode
         self.out.effect = (effect or self.out_emitted.size() > 0 or self.out_completed.size() > 0
                            or self.out_rejected.size() > 0 or self.out.preemptions > 0)
+
+    # -- disaggregated handoff (spec core-sim §6.6) --------------------------------------
+    cdef bint reserve_destination(self, rid_t r, int64_t* missing_blocks) noexcept nogil:
+        """Allocate the prompt's blocks here, reusing resident prefix blocks; False if no room."""
+        cdef int64_t bs = self.bs, plen = self.t.prompt_len[r]
+        cdef int64_t total = ceil_div(plen, bs), nfull, overlap = 0, active_overlap = 0
+        self.t.ensure_hashed(r)
+        nfull = plen // bs
+        if nfull > <int64_t>self.t.hashes[r].size():
+            nfull = <int64_t>self.t.hashes[r].size()
+        self.pool.lookup(self.t.hashes[r].data(), nfull, &overlap, &active_overlap)
+        if total - active_overlap > self.num_blocks - self.pool.num_active():
+            return False
+        self.t.blocks[r].clear()
+        if not self.pool.allocate(&self.t.blocks[r], total, self.t.hashes[r].data(), overlap):
+            return False
+        missing_blocks[0] = total - overlap
+        self.t.allocated[r] = total * bs
+        return True
+
+    cdef void unreserve_destination(self, rid_t r) noexcept nogil:
+        self.pool.release(&self.t.blocks[r])
+        self.t.blocks[r].clear()
+        self.t.allocated[r] = 0
+
+    cdef void activate_destination(self, rid_t r) noexcept nogil:
+        """The transferred prompt KV is in place: publish its blocks, queue the request for decode."""
+        cdef int64_t k, nfull = self.t.prompt_len[r] // self.bs
+        for k in range(nfull):
+            self.pool.cache_block(self.t.blocks[r][k], self.t.hashes[r][k])
+        self.t.computed[r] = self.t.prompt_len[r]
+        self.t.activated[r] = 1
+        self.n_activated += 1
+        self.t.status[r] = ST_WAITING
+        self.waiting.push_back(r)
+
+    cdef void release_source(self, rid_t r) noexcept nogil:
+        self.pool.release(&self.held[r])
+        vector[slot_t]().swap(self.held[r])
+

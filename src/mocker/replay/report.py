@@ -52,7 +52,8 @@ def _latency_samples(cols: dict, mask: np.ndarray) -> dict:
 def build_summary(cols: dict, *, num_requests: int, committed_prefill: int, sim_end_ms: float,
                   wall_time_ms: float,
                   itl: dict, tput: dict, num_workers: int, gpus_per_worker: int,
-                  max_sim_time_ms: float = math.inf, sla: dict | None = None) -> dict:
+                  max_sim_time_ms: float = math.inf, sla: dict | None = None,
+                  prefill_workers: int = 0, prefill_gpus_per_worker: int = 0) -> dict:
     mask = _completed_mask(cols, max_sim_time_ms)
     completed = int(mask.sum())
     in_tok = int(cols["input_length"][mask].sum())
@@ -62,6 +63,7 @@ def build_summary(cols: dict, *, num_requests: int, committed_prefill: int, sim_
     wall_s = max(wall_time_ms / 1000.0, 1e-9)
     # workers are provisioned from t=0 until the simulation stops (its last event)
     decode_ws = num_workers * (sim_end_ms / 1000.0)
+    prefill_ws = prefill_workers * (sim_end_ms / 1000.0)
     s: dict = {
         "kv_eviction_policy": "lru",
         "committed_prefill_tokens": int(committed_prefill),
@@ -75,11 +77,11 @@ def build_summary(cols: dict, *, num_requests: int, committed_prefill: int, sim_
         "input_throughput_tok_s": in_tok / duration_s,
         "output_throughput_tok_s": out_tok / duration_s,
         "total_throughput_tok_s": (in_tok + out_tok) / duration_s,
-        "prefill_worker_seconds": 0.0,
+        "prefill_worker_seconds": prefill_ws,
         "decode_worker_seconds": decode_ws,
-        "prefill_gpus_per_worker": 0,
+        "prefill_gpus_per_worker": prefill_gpus_per_worker,
         "decode_gpus_per_worker": gpus_per_worker,
-        "gpu_hours": (0.0 * 0 + decode_ws * gpus_per_worker) / 3600.0,
+        "gpu_hours": (prefill_ws * prefill_gpus_per_worker + decode_ws * gpus_per_worker) / 3600.0,
     }
     samples = _latency_samples(cols, mask)
     if sla:
@@ -149,11 +151,16 @@ def _opt(x: float):
 
 def build_records(cols: dict, order: np.ndarray, session_id: list, turn_index: list,
                   max_sim_time_ms: float = math.inf, dp_size: int = 1,
-                  route_overlap_tokens: np.ndarray | None = None) -> list[dict]:
+                  route_overlap_tokens: np.ndarray | None = None,
+                  prefill_dp_size: int | None = None) -> list[dict]:
     """Per-request records in arrival order (the reference's field names).
 
     Worker indices are scheduler ids (``worker * dp_size + dp_rank``), as in the reference.
+    ``prefill_dp_size`` (disaggregated runs): the prefill pool's dp size; ``dp_size`` is then
+    the decode pool's, and the route overlap is the prefill router's.
     """
+    disagg = prefill_dp_size is not None
+    pools = cols.get("adm_pool")
     adm_rid = cols["adm_rid"]
     adm_order = np.argsort(adm_rid, kind="stable")
     starts = np.searchsorted(adm_rid[adm_order], np.arange(len(cols["arrival_time_ms"]) + 1))
@@ -175,12 +182,26 @@ def build_records(cols: dict, order: np.ndarray, session_id: list, turn_index: l
         ttst = max(t2 - t1, 0.0) if t2 is not None else None
         tpot = max((tm - t1) / (n_out - 1), 0.0) if n_out >= 2 else None
         hist = []
+        per_pool: dict = {}
         for j, a in enumerate(adm_order[starts[r]:starts[r + 1]]):
-            hist.append({"admission_ordinal": j, "pool_admission_ordinal": j, "pool": "agg",
+            pool = _POOLS[int(pools[a])] if pools is not None else "agg"
+            k = per_pool.get(pool, 0)
+            per_pool[pool] = k + 1
+            hist.append({"admission_ordinal": j, "pool_admission_ordinal": k, "pool": pool,
                          "at_ms": float(cols["adm_at"][a]),
                          "reused_input_tokens": int(cols["adm_reused"][a]),
-                         "is_readmission": j > 0})
+                         "is_readmission": k > 0})
         w = int(cols["worker"][r])
+        overlap = 0 if route_overlap_tokens is None else int(route_overlap_tokens[r])
+        if disagg:
+            pw = int(cols["prefill_worker"][r])
+            routes = [_route("prefill", pw, prefill_dp_size, min(overlap, int(cols["input_length"][r])))]
+            if w >= 0:
+                routes.append(_route("decode", w, dp_size, 0))
+            handoff = {k: _opt(cols[k][r]) for k in _HANDOFF_KEYS}
+        else:
+            routes = [_route("agg", w, dp_size, overlap)]
+            handoff = dict.fromkeys(_HANDOFF_KEYS)
         recs.append({
             "session_id": session_id[r],
             "turn_index": turn_index[r],
@@ -198,31 +219,33 @@ def build_records(cols: dict, order: np.ndarray, session_id: list, turn_index: l
             "requested_output_length": int(cols["requested_output_length"][r]),
             "output_length": n_out,
             "reused_input_tokens": int(cols["reused_max"][r]),
-            "prefill_worker_idx": None,
-            "decode_worker_idx": w,
-            "prefill_admit_ms": None,
-            "source_held_ms": None,
-            "destination_reserved_ms": None,
-            "destination_activated_ms": None,
-            "decode_admit_ms": None,
-            "source_released_ms": None,
-            "decode_reused_input_tokens": None,
-            "prefill_route_overlap_tokens": None,
-            "decode_route_overlap_tokens": None,
-            "routing_history": [{
-                "pool": "agg", "outcome": "immediate", "queue_entered_at_ms": None,
-                "released_at_ms": None, "queue_wait_ms": 0.0, "logical_worker_id": w // dp_size,
-                "scheduler_id": w, "dp_rank": w % dp_size,
-                "reported_overlap_tokens": 0 if route_overlap_tokens is None else int(route_overlap_tokens[r]),
-                "selected_overlap_blocks": None, "best_available_overlap_blocks": None,
-                "overlap_regret_blocks": None, "placement_replica_id": None}],
+            "prefill_worker_idx": int(cols["prefill_worker"][r]) if disagg else None,
+            "decode_worker_idx": w if w >= 0 else None,
+            **handoff,
+            "decode_reused_input_tokens": 0 if disagg and w >= 0 else None,
+            "prefill_route_overlap_tokens": routes[0]["reported_overlap_tokens"] if disagg else None,
+            "decode_route_overlap_tokens": 0 if disagg and w >= 0 else None,
+            "routing_history": routes,
             "admission_history": hist,
             "admission_count": len(hist),
-            "readmission_count": max(len(hist) - 1, 0),
+            "readmission_count": sum(max(k - 1, 0) for k in per_pool.values()),
             "pressure_record_ordinals": [],
             "terminal_status": _STATUS[status],
         })
     return recs
+
+
+_POOLS = {0: "agg", 1: "prefill", 2: "decode"}
+_HANDOFF_KEYS = ("prefill_admit_ms", "source_held_ms", "destination_reserved_ms", "destination_activated_ms",
+                 "decode_admit_ms", "source_released_ms")
+
+
+def _route(pool: str, sid: int, dp: int, overlap_tokens: int) -> dict:
+    return {"pool": pool, "outcome": "immediate", "queue_entered_at_ms": None, "released_at_ms": None,
+            "queue_wait_ms": 0.0, "logical_worker_id": sid // dp, "scheduler_id": sid, "dp_rank": sid % dp,
+            "reported_overlap_tokens": overlap_tokens, "selected_overlap_blocks": None,
+            "best_available_overlap_blocks": None, "overlap_regret_blocks": None,
+            "placement_replica_id": None}
 
 
 def format_table(summary: dict) -> str:

@@ -40,9 +40,6 @@ def _check_common(num_workers, replay_concurrency, router_mode, arrival_speedup_
                   decode_engine_args):
     if router_mode not in ("round_robin", "kv_router"):
         raise ReplayError(f"router_mode must be either 'round_robin' or 'kv_router', got {router_mode!r}")
-    if prefill_engine_args is not None or decode_engine_args is not None:
-        raise ReplayError("disaggregated replay (prefill_engine_args/decode_engine_args) "
-                          "is not supported by mocker yet")
     if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
         raise ReplayError("invalid replay spec: aggregated pool must start with at least one worker")
     if replay_concurrency is not None and (isinstance(replay_concurrency, bool)
@@ -80,20 +77,73 @@ def _check_common(num_workers, replay_concurrency, router_mode, arrival_speedup_
     return r, sla
 
 
-def _build_ranks(config: dict, table: ReqTable, num_workers: int, kv_events: bool = False) -> list:
+def _build_ranks(config: dict, table: ReqTable, num_workers: int, kv_events: bool = False,
+                 role: str = "aggregated") -> list:
     engine = config["engine"]
     if kv_events and not engine["emit_kv_events"]:
         engine = dict(engine, emit_kv_events=True)     # the router consumes the workers' events
     if engine["prefill_schedule_interval"] != 1 and engine["backend"] != "vllm":
         raise ConfigError("prefill_schedule_interval is supported only for backend=vllm; "
                           "use prefill_decode_interval for backend=sglang")
-    if engine["worker_type"] != "aggregated":
-        raise ConfigError("aggregated replay requires engine.worker_type='aggregated'")
+    if engine["worker_type"] != role:
+        got = engine["worker_type"].capitalize()
+        if role == "aggregated":
+            raise ConfigError(f"offline replay only supports aggregated workers, got {got}")
+        raise ConfigError(f"offline disaggregated replay requires {role}_engine_args.worker_type={role}, got {got}")
     if engine["aic_nextn"] is not None:
         raise ConfigError("engine.aic_nextn (speculative decoding) is not supported by mocker yet")
     rank_cls = SglangRank if engine["backend"] == "sglang" else VllmRank
     # a worker is dp_size ranks, each a whole scheduler with its own KV pool
     return [rank_cls(table, engine) for _ in range(num_workers * config["dp_size"])]
+
+
+def _count(name: str, v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ReplayError(f"{name} must be a non-negative integer, got {v!r}")
+    return v
+
+
+def _engine_configs(extra_engine_args, prefill_engine_args, decode_engine_args, num_workers,
+                    num_prefill_workers, num_decode_workers) -> tuple:
+    """(config, decode_config or None, workers of the first pool, decode workers)."""
+    if prefill_engine_args is None and decode_engine_args is None:
+        return load_config(extra_engine_args), None, num_workers, 0
+    if prefill_engine_args is None or decode_engine_args is None:
+        raise ReplayError("prefill_engine_args and decode_engine_args must be provided together")
+    if extra_engine_args is not None:
+        raise ReplayError("extra_engine_args cannot be combined with prefill_engine_args/decode_engine_args")
+    if num_workers != 1:
+        raise ReplayError("num_workers is only used for aggregated replay; use num_prefill_workers "
+                          "and num_decode_workers for disagg replay")
+    npw = _count("num_prefill_workers", num_prefill_workers)
+    ndw = _count("num_decode_workers", num_decode_workers)
+    pcfg = load_config(prefill_engine_args)
+    dcfg = load_config(decode_engine_args)
+    for role, cfg in (("prefill", pcfg), ("decode", dcfg)):
+        if cfg["engine"]["worker_type"] != role:
+            raise ReplayError(f"offline disaggregated replay requires {role}_engine_args.worker_type={role}, "
+                              f"got {cfg['engine']['worker_type'].capitalize()}")
+    if npw == 0:
+        raise ReplayError("invalid replay spec: prefill pool must start with at least one worker")
+    if ndw == 0:
+        raise ReplayError("invalid replay spec: decode pool must start with at least one worker")
+    pe, de = pcfg["engine"], dcfg["engine"]
+    if pe["block_size"] != de["block_size"]:
+        raise ReplayError("offline disaggregated replay requires matching prefill/decode block_size, "
+                          f"got {pe['block_size']} and {de['block_size']}")
+    if pe["backend"] != de["backend"]:
+        raise ReplayError("replay invariant violated: offline disaggregated replay requires matching "
+                          "backend engine types")
+    for e in (pe, de):
+        bw = e["kv_transfer_bandwidth"]
+        if bw is not None and (not math.isfinite(bw) or bw < 0):
+            raise ReplayError("kv_transfer_bandwidth must be finite and non-negative")
+        if e["kv_transfer_bytes_per_token"] == 0:
+            raise ReplayError("kv_transfer_bytes_per_token must be positive")
+    if pe["backend"] != "vllm":
+        raise ReplayError(f"disaggregated replay with backend {pe['backend']} is not supported by mocker "
+                          "yet (vllm only)")
+    return pcfg, dcfg, npw, ndw
 
 
 def _router_settings(router_mode: str, router_config: Any, kv_event_lag_ms: Any) -> dict | None:
@@ -118,23 +168,47 @@ class _Simulation:
 
 def simulate(workload: Workload, config: dict, *, num_workers: int = 1, concurrency: int | None = None,
              max_sim_time_ms: float | None = None, progress: ProgressFn | None = None,
-             router: dict | None = None, kv_event_lag_ms: float | None = None) -> _Simulation:
+             router: dict | None = None, kv_event_lag_ms: float | None = None,
+             decode_config: dict | None = None, num_decode_workers: int = 1) -> _Simulation:
     """Run the compiled event loop over ``workload`` (no report); used by the entry points and tests.
 
     ``router``: a normalized router config (``normalize_router_config``) to place requests with
-    the KV-aware router; None places them round robin.
+    the KV-aware router; None places them round robin.  ``decode_config``: disaggregated
+    replay, ``config`` then being the prefill pool's (``num_workers`` prefill workers).
     """
     engine = config["engine"]
     table = ReqTable(workload.n, engine["block_size"])
-    ranks = _build_ranks(config, table, num_workers, kv_events=router is not None)
     cap = math.inf if max_sim_time_ms is None else float(max_sim_time_ms)
+    lag = float(kv_event_lag_ms or 0.0)
     kv_router = None
-    if router is not None:
-        # every (worker, dp rank) is a routing target with its own cache and load
-        kv_router = KvRouter(table, len(ranks), engine["block_size"], router,
-                             float(kv_event_lag_ms or 0.0))
+    disagg = None
+    if decode_config is None:
+        ranks = _build_ranks(config, table, num_workers, kv_events=router is not None)
+        if router is not None:
+            # every (worker, dp rank) is a routing target with its own cache and load
+            kv_router = KvRouter(table, len(ranks), engine["block_size"], router, lag)
+    else:
+        prefill = _build_ranks(config, table, num_workers, kv_events=router is not None, role="prefill")
+        decode = _build_ranks(decode_config, table, num_decode_workers, role="decode")
+        ranks = prefill + decode
+        decode_router = None
+        if router is not None:
+            # prefill router: load and overlap, no decode term; decode router: active blocks
+            # (never shared) and requests, no overlap, no prefill load
+            kv_router = KvRouter(table, len(prefill), engine["block_size"],
+                                 dict(router, router_track_active_blocks=False), lag)
+            decode_router = KvRouter(table, len(decode), engine["block_size"],
+                                     dict(router, overlap_score_credit=0.0, router_assume_kv_reuse=False,
+                                          router_track_prefill_tokens=False, router_track_active_blocks=True,
+                                          router_seed=router["router_seed"] + 1), lag)
+        disagg = {"prefill_workers": num_workers, "prefill_dp": config["dp_size"],
+                  "decode_workers": num_decode_workers, "decode_dp": decode_config["dp_size"],
+                  "decode_router": decode_router,
+                  "bytes_per_token": float(engine["kv_transfer_bytes_per_token"] or 0),
+                  "bandwidth_gbps": float(engine["kv_transfer_bandwidth"] or 0.0),
+                  "destination_missing": engine["kv_transfer_timing_mode"] == "destination_missing"}
     core = ReplayCore(table, ranks, workload.columns(), concurrency or 0, cap, workload.delta, kv_router,
-                      config["dp_size"], engine["prefill_schedule_interval"])
+                      config["dp_size"], engine["prefill_schedule_interval"], disagg)
     slice_passes = 20000
     last_report = time.perf_counter()
     while True:
@@ -154,10 +228,12 @@ def simulate(workload: Workload, config: dict, *, num_workers: int = 1, concurre
 def _execute(workload: Workload, config: dict, *, num_workers: int, concurrency: int | None,
              max_sim_time_ms: float | None, sla: dict, capture_per_request: bool,
              report_jsonl_path, progress: ProgressFn | None, t0: float,
-             router: dict | None = None, kv_event_lag_ms: float | None = None) -> ReplayResult:
+             router: dict | None = None, kv_event_lag_ms: float | None = None,
+             decode_config: dict | None = None, num_decode_workers: int = 1) -> ReplayResult:
     sim = simulate(workload, config, num_workers=num_workers, concurrency=concurrency,
                    max_sim_time_ms=max_sim_time_ms, progress=progress, router=router,
-                   kv_event_lag_ms=kv_event_lag_ms)
+                   kv_event_lag_ms=kv_event_lag_ms, decode_config=decode_config,
+                   num_decode_workers=num_decode_workers)
     core = sim.core
     cap = math.inf if max_sim_time_ms is None else float(max_sim_time_ms)
     cols = sim.table.columns()
@@ -165,15 +241,25 @@ def _execute(workload: Workload, config: dict, *, num_workers: int, concurrency:
     ordered = {k: (v[order] if k in _PER_REQ and v.shape[0] == workload.n else v) for k, v in cols.items()}
     wall_ms = (time.perf_counter() - t0) * 1000.0
     tp = config["tensor_parallel_size"] * config["dp_size"]
+    pools = dict(num_workers=num_workers, gpus_per_worker=tp)
+    if decode_config is not None:
+        pools = dict(num_workers=num_decode_workers,
+                     gpus_per_worker=decode_config["tensor_parallel_size"] * decode_config["dp_size"],
+                     prefill_workers=num_workers, prefill_gpus_per_worker=tp)
     summary = build_summary(ordered, num_requests=core.arrived, committed_prefill=core.committed_prefill,
                             sim_end_ms=core.now_ms,
                             wall_time_ms=wall_ms, itl=core.itl_summary(), tput=core.throughput_summary(),
-                            num_workers=num_workers, gpus_per_worker=tp, max_sim_time_ms=cap, sla=sla)
+                            max_sim_time_ms=cap, sla=sla, **pools)
     records = None
     if capture_per_request or report_jsonl_path is not None:
         overlap = None if sim.router is None else sim.router.overlap_tokens()
-        records = build_records(cols, order, workload.session_id, workload.turn_index, cap,
-                                dp_size=config["dp_size"], route_overlap_tokens=overlap)
+        if decode_config is None:
+            records = build_records(cols, order, workload.session_id, workload.turn_index, cap,
+                                    dp_size=config["dp_size"], route_overlap_tokens=overlap)
+        else:
+            records = build_records(cols, order, workload.session_id, workload.turn_index, cap,
+                                    dp_size=decode_config["dp_size"], route_overlap_tokens=overlap,
+                                    prefill_dp_size=config["dp_size"])
         if report_jsonl_path is not None:
             import json
             with open(report_jsonl_path, "w", encoding="utf-8") as fh:
@@ -195,6 +281,7 @@ def run_trace_replay(trace_files: str | os.PathLike | Iterable, extra_engine_arg
                      sla_itl_ms: float | None = None, sla_e2e_ms: float | None = None,
                      capture_per_request: bool = False, report_jsonl_path=None,
                      prefill_engine_args: Any = None, decode_engine_args: Any = None,
+                     num_prefill_workers: int = 1, num_decode_workers: int = 1,
                      router_config: Any = None, kv_event_lag_ms: float | None = None,
                      progress: ProgressFn | None = None) -> ReplayResult:
     """Replay mooncake JSONL trace(s) on a virtual clock and report like the reference."""
@@ -202,7 +289,9 @@ def run_trace_replay(trace_files: str | os.PathLike | Iterable, extra_engine_arg
     ratio, sla = _check_common(num_workers, replay_concurrency, router_mode, arrival_speedup_ratio,
                                max_sim_time_ms, sla_ttft_ms, sla_itl_ms, sla_e2e_ms,
                                prefill_engine_args, decode_engine_args)
-    config = load_config(extra_engine_args)
+    config, decode_config, num_workers, num_decode_workers = _engine_configs(
+        extra_engine_args, prefill_engine_args, decode_engine_args, num_workers,
+        num_prefill_workers, num_decode_workers)
     router = _router_settings(router_mode, router_config, kv_event_lag_ms)
     if isinstance(trace_files, (str, os.PathLike)):
         trace_files = [trace_files]
@@ -215,7 +304,8 @@ def run_trace_replay(trace_files: str | os.PathLike | Iterable, extra_engine_arg
     return _execute(workload, config, num_workers=num_workers, concurrency=replay_concurrency,
                     max_sim_time_ms=max_sim_time_ms, sla=sla, capture_per_request=capture_per_request,
                     report_jsonl_path=report_jsonl_path, progress=progress, t0=t0,
-                    router=router, kv_event_lag_ms=kv_event_lag_ms)
+                    router=router, kv_event_lag_ms=kv_event_lag_ms, decode_config=decode_config,
+                    num_decode_workers=num_decode_workers)
 
 
 def run_synthetic_trace_replay(input_tokens: int, output_tokens: int, request_count: int,
@@ -229,6 +319,7 @@ def run_synthetic_trace_replay(input_tokens: int, output_tokens: int, request_co
                                sla_itl_ms: float | None = None, sla_e2e_ms: float | None = None,
                                capture_per_request: bool = False, report_jsonl_path=None,
                                prefill_engine_args: Any = None, decode_engine_args: Any = None,
+                               num_prefill_workers: int = 1, num_decode_workers: int = 1,
                                router_config: Any = None, kv_event_lag_ms: float | None = None,
                                progress: ProgressFn | None = None) -> ReplayResult:
     """Replay a synthetic workload (fixed ISL/OSL, Poisson or constant arrivals, sessions)."""
@@ -236,7 +327,9 @@ def run_synthetic_trace_replay(input_tokens: int, output_tokens: int, request_co
     ratio, sla = _check_common(num_workers, replay_concurrency, router_mode, arrival_speedup_ratio,
                                max_sim_time_ms, sla_ttft_ms, sla_itl_ms, sla_e2e_ms,
                                prefill_engine_args, decode_engine_args)
-    config = load_config(extra_engine_args)
+    config, decode_config, num_workers, num_decode_workers = _engine_configs(
+        extra_engine_args, prefill_engine_args, decode_engine_args, num_workers,
+        num_prefill_workers, num_decode_workers)
     router = _router_settings(router_mode, router_config, kv_event_lag_ms)
     bs = config["engine"]["block_size"]
     syn = build_synthetic_workload(input_tokens, output_tokens, request_count, bs,
@@ -251,7 +344,8 @@ def run_synthetic_trace_replay(input_tokens: int, output_tokens: int, request_co
     return _execute(workload, config, num_workers=num_workers, concurrency=replay_concurrency,
                     max_sim_time_ms=max_sim_time_ms, sla=sla, capture_per_request=capture_per_request,
                     report_jsonl_path=report_jsonl_path, progress=progress, t0=t0,
-                    router=router, kv_event_lag_ms=kv_event_lag_ms)
+                    router=router, kv_event_lag_ms=kv_event_lag_ms, decode_config=decode_config,
+                    num_decode_workers=num_decode_workers)
 
 
 def _synthetic_to_workload(syn, bs: int, ratio: float) -> Workload:
