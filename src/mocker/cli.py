@@ -61,6 +61,12 @@ def _build_parser() -> argparse.ArgumentParser:
                         "decode_active_request_weight, router_temperature, router_seed, ...)")
     e.add_argument("--kv-event-lag-ms", type=_float, default=None,
                    help="delay before a worker's KV events reach the router")
+    e.add_argument("--prefill-engine-args", default=None, metavar="JSON_OR_PATH",
+                   help="disaggregated: prefill pool engine config (worker_type prefill)")
+    e.add_argument("--decode-engine-args", default=None, metavar="JSON_OR_PATH",
+                   help="disaggregated: decode pool engine config (worker_type decode)")
+    e.add_argument("--num-prefill-workers", type=_nonneg_int, default=1)
+    e.add_argument("--num-decode-workers", type=_nonneg_int, default=1)
     a = r.add_argument_group("arrivals and limits")
     a.add_argument("--arrival-speedup-ratio", type=_float, default=1.0)
     a.add_argument("--replay-concurrency", type=_positive_int, default=None,
@@ -121,6 +127,8 @@ def _replay(args) -> int:
     common = dict(extra_engine_args=args.extra_engine_args, num_workers=args.num_workers,
                   replay_concurrency=args.replay_concurrency, router_mode=args.router_mode,
                   router_config=args.router_config, kv_event_lag_ms=args.kv_event_lag_ms,
+                  prefill_engine_args=args.prefill_engine_args, decode_engine_args=args.decode_engine_args,
+                  num_prefill_workers=args.num_prefill_workers, num_decode_workers=args.num_decode_workers,
                   arrival_speedup_ratio=args.arrival_speedup_ratio,
                   max_sim_time_ms=args.max_sim_time_ms, sla_ttft_ms=args.sla_ttft_ms,
                   sla_itl_ms=args.sla_itl_ms, sla_e2e_ms=args.sla_e2e_ms,

@@ -1,0 +1,172 @@
+"""Disaggregated prefill -> decode replay: the handoff's timestamps, routing, summary, errors.
+
+Whole-run comparisons with the reference are in test_parity.py (pd_* goldens); these tests
+pin the single rules on small fixed-timing cases whose numbers come from the reference
+(ai-dynamo-runtime 1.6.1; tools/REFERENCE_NOTES.md, "Disaggregated").
+"""
+import json
+import math
+
+import pytest
+
+from mocker.config import ConfigError
+from mocker.replay import run_synthetic_trace_replay, run_trace_replay
+from mocker.replay.run import ReplayError
+
+FIXED = {"block_size": 64, "timing_model": {"type": "fixed", "prefill_ms": 10, "decode_ms": 1}}
+XFER = {"kv_transfer_bytes_per_token": 1_000_000, "kv_transfer_bandwidth": 1.0}     # 1 ms per token
+HANDOFF = ("prefill_admit_ms", "source_held_ms", "destination_reserved_ms", "destination_activated_ms",
+           "decode_admit_ms", "source_released_ms", "first_token_ms", "last_token_ms", "reused_input_tokens")
+
+
+def req(t, n, o, base):
+    return {"timestamp": t, "input_length": n, "output_length": o,
+            "hash_ids": list(range(base, base + math.ceil(n / 64)))}
+
+
+def run(tmp_path, rows, prefill=None, decode=None, **kw):
+    p = tmp_path / "t.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    kw.setdefault("router_mode", "kv_router")
+    return run_trace_replay(str(p), trace_block_size=64, capture_per_request=True,
+                            prefill_engine_args={"engine": {**FIXED, "worker_type": "prefill", **(prefill or {})}},
+                            decode_engine_args={"engine": {**FIXED, "worker_type": "decode", **(decode or {})}},
+                            **kw)
+
+
+def handoff(res):
+    recs = sorted(res.per_request, key=lambda r: (r["arrival_time_ms"], r["input_length"]))
+    return [tuple(r[k] for k in HANDOFF) for r in recs]
+
+
+def test_one_request_with_transfer(tmp_path):
+    res = run(tmp_path, [req(0, 1000, 3, 100)], prefill=XFER)
+    assert handoff(res) == [(0, 10, 10, 1010, 1010, 1010, 1011, 1013, 0)]
+    rec = res.per_request[0]
+    assert rec["ttft_ms"] == 1011 and rec["output_length"] == 3          # the prefill token is hidden
+    assert [(a["pool"], a["at_ms"], a["is_readmission"]) for a in rec["admission_history"]] == \
+        [("prefill", 0.0, False), ("decode", 1010.0, False)]
+    assert rec["readmission_count"] == 0 and rec["prefill_worker_idx"] == 0 and rec["decode_worker_idx"] == 0
+    assert [h["pool"] for h in rec["routing_history"]] == ["prefill", "decode"]
+
+
+def test_destination_missing_transfers_only_the_missing_blocks(tmp_path):
+    res = run(tmp_path, [req(0, 1000, 3, 100), req(2000, 1000, 3, 100)],
+              prefill={**XFER, "kv_transfer_timing_mode": "destination_missing"})
+    # 16 blocks missing on an empty decode pool (1024 tokens); the repeat finds 15 resident
+    assert handoff(res) == [(0, 10, 10, 1034, 1034, 1034, 1035, 1037, 0),
+                            (2000, 2010, 2010, 2074, 2074, 2074, 2075, 2077, 960)]
+    s = res.summary
+    assert s["committed_prefill_tokens"] == 1040 and s["prefix_cache_reused_ratio"] == 0.48
+
+
+def test_only_the_prefill_engines_transfer_settings_count(tmp_path):
+    res = run(tmp_path, [req(0, 1000, 3, 100)], decode=XFER)
+    assert handoff(res)[0][3] == 10
+
+
+def test_reservations_wait_in_order_for_room(tmp_path):
+    rows = [req(0, 1000, 30, 100), req(0, 1001, 10, 200), req(12, 300, 10, 400)]
+    res = run(tmp_path, rows, decode={"num_gpu_blocks": 24})
+    assert handoff(res) == [(0, 10, 10, 10, 10, 10, 11, 40, 0),
+                            (0, 10, 40, 40, 40, 40, 41, 50, 0),
+                            (12, 22, 40, 40, 40, 40, 41, 50, 0)]      # the short one does not overtake
+
+
+def test_busy_decode_worker_acts_at_its_pass_end(tmp_path):
+    rows = [req(0, 1000, 10, 100), req(12, 1000, 5, 200)]
+    res = run(tmp_path, rows, prefill={"kv_transfer_bytes_per_token": 1_000_000, "kv_transfer_bandwidth": 1000.0},
+              decode={"timing_model": {"type": "fixed", "prefill_ms": 10, "decode_ms": 3}})
+    # B is held at 22 during the decode pass 20-23 (reserved 23); its 1 ms transfer ends at 24
+    # during the pass 23-26 (activated 26)
+    assert handoff(res) == [(0, 10, 10, 11, 11, 11, 14, 41, 0), (12, 22, 23, 26, 26, 26, 29, 41, 0)]
+
+
+def test_held_source_blocks_delay_prefill_admissions(tmp_path):
+    res = run(tmp_path, [req(0, 1000, 10, 100), req(0, 1001, 10, 200)], prefill={**XFER, "num_gpu_blocks": 20})
+    assert handoff(res)[1] == (1010, 1020, 1020, 2021, 2021, 2021, 2022, 2031, 0)
+
+
+def test_decode_seat_limit_delays_admission_not_activation(tmp_path):
+    res = run(tmp_path, [req(0, 1000, 10, 100), req(0, 1001, 10, 200)], decode={"max_num_seqs": 1})
+    assert handoff(res)[1] == (0, 10, 10, 10, 20, 10, 21, 30, 0)
+
+
+def test_pools_in_the_summary(tmp_path):
+    rows = [req(0, 1000, 5, 100), req(0, 1001, 5, 200), req(0, 1002, 5, 300), req(3, 1003, 5, 100),
+            req(30, 1004, 5, 500)]
+    res = run(tmp_path, rows, num_prefill_workers=2, num_decode_workers=2)
+    s = res.summary
+    assert s["duration_ms"] == 45.0 and s["committed_prefill_tokens"] == 5010
+    assert s["prefill_worker_seconds"] == pytest.approx(0.09) and s["decode_worker_seconds"] == pytest.approx(0.09)
+    assert s["prefill_gpus_per_worker"] == 1 and s["decode_gpus_per_worker"] == 1
+    assert s["gpu_hours"] == pytest.approx(0.18 / 3600)
+
+
+def test_aggregated_records_have_no_handoff(tmp_path):
+    rec = run_synthetic_trace_replay(100, 2, 1, arrival_interval_ms=1.0, capture_per_request=True).per_request[0]
+    assert all(rec[k] is None for k in HANDOFF[:6]) and rec["prefill_worker_idx"] is None
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"prefill_engine_args": {"engine": {"worker_type": "prefill"}}},
+     "prefill_engine_args and decode_engine_args must be provided together"),
+    ({"extra_engine_args": {}, "prefill_engine_args": {"engine": {"worker_type": "prefill"}},
+      "decode_engine_args": {"engine": {"worker_type": "decode"}}},
+     "extra_engine_args cannot be combined with prefill_engine_args/decode_engine_args"),
+    ({"prefill_engine_args": {"engine": {}}, "decode_engine_args": {"engine": {"worker_type": "decode"}}},
+     "offline disaggregated replay requires prefill_engine_args.worker_type=prefill, got Aggregated"),
+    ({"prefill_engine_args": {"engine": {"worker_type": "prefill"}}, "decode_engine_args": {"engine": {}}},
+     "offline disaggregated replay requires decode_engine_args.worker_type=decode, got Aggregated"),
+    ({"prefill_engine_args": {"engine": {"worker_type": "prefill"}},
+      "decode_engine_args": {"engine": {"worker_type": "decode"}}, "num_workers": 2},
+     "num_workers is only used for aggregated replay; use num_prefill_workers and num_decode_workers"),
+    ({"prefill_engine_args": {"engine": {"worker_type": "prefill"}},
+      "decode_engine_args": {"engine": {"worker_type": "decode"}}, "num_prefill_workers": 0},
+     "invalid replay spec: prefill pool must start with at least one worker"),
+    ({"prefill_engine_args": {"engine": {"worker_type": "prefill"}},
+      "decode_engine_args": {"engine": {"worker_type": "decode"}}, "num_decode_workers": 0},
+     "invalid replay spec: decode pool must start with at least one worker"),
+    ({"prefill_engine_args": {"engine": {"worker_type": "prefill"}},
+      "decode_engine_args": {"engine": {"worker_type": "decode", "block_size": 32}}},
+     "offline disaggregated replay requires matching prefill/decode block_size, got 64 and 32"),
+    ({"prefill_engine_args": {"engine": {"worker_type": "prefill"}},
+      "decode_engine_args": {"engine": {"worker_type": "decode", "backend": "trtllm", "block_size": 64}}},
+     "replay invariant violated: offline disaggregated replay requires matching backend engine types"),
+    ({"prefill_engine_args": {"engine": {"worker_type": "prefill", "kv_transfer_bandwidth": -1}},
+      "decode_engine_args": {"engine": {"worker_type": "decode"}}},
+     "kv_transfer_bandwidth must be finite and non-negative"),
+    ({"prefill_engine_args": {"engine": {"worker_type": "prefill", "kv_transfer_bytes_per_token": 0}},
+      "decode_engine_args": {"engine": {"worker_type": "decode"}}},
+     "kv_transfer_bytes_per_token must be positive"),
+    ({"prefill_engine_args": {"engine": {"worker_type": "prefill", "backend": "sglang", "block_size": 64}},
+      "decode_engine_args": {"engine": {"worker_type": "decode", "backend": "sglang", "block_size": 64}}},
+     "not supported by mocker yet"),
+])
+def test_disagg_errors(kwargs, message):
+    with pytest.raises((ReplayError, ConfigError)) as ei:
+        run_synthetic_trace_replay(100, 2, 2, arrival_interval_ms=1.0, **kwargs)
+    assert message in str(ei.value)
+
+
+def test_aggregated_run_refuses_role_workers():
+    with pytest.raises(ConfigError, match="offline replay only supports aggregated workers, got Prefill"):
+        run_synthetic_trace_replay(100, 2, 2, arrival_interval_ms=1.0,
+                                   extra_engine_args={"engine": {"worker_type": "prefill"}})
+
+
+def test_cli_disaggregated_matches_the_golden(tmp_path):
+    from pathlib import Path
+
+    from mocker.cli import main
+    golden = json.loads((Path(__file__).parent / "golden" / "pd_r8_tiny.json").read_text())
+    trace = tmp_path / "tiny.jsonl"
+    trace.write_text("".join(line + "\n" for line in golden["trace_lines"]))
+    out = tmp_path / "summary.json"
+    rc = main(["replay", str(trace), "--quiet", "--router-mode", "kv_router",
+               "--prefill-engine-args", golden["kwargs"]["prefill_engine_args"],
+               "--decode-engine-args", golden["kwargs"]["decode_engine_args"], "--report-json", str(out)])
+    assert rc == 0
+    s = json.loads(out.read_text())
+    for k in ("duration_ms", "mean_ttft_ms", "mean_itl_ms", "committed_prefill_tokens", "prefill_worker_seconds"):
+        assert s[k] == pytest.approx(golden["summary"][k], rel=1e-9), k
