@@ -184,6 +184,9 @@ def quiet_stderr(enabled=True):
 
 def _run_ref_inline(core, payload, quiet):
     try:
+        if payload["kwargs"].get("router_config"):
+            payload = dict(payload, kwargs=dict(payload["kwargs"]))
+            payload["kwargs"]["router_config"] = core.KvRouterConfig.from_json(payload["kwargs"]["router_config"])
         with quiet_stderr(quiet):
             if payload["kind"] == "trace":
                 r = core.run_mocker_trace_replay(payload["trace_files"], capture_per_request=True,
@@ -457,7 +460,42 @@ def gen_run_kwargs(rng: random.Random, trace=True):
     return kw
 
 
-def gen_scenario(rng: random.Random, backend_opt: str):
+def apply_topology(rng: random.Random, sc: dict, topology: str) -> dict:
+    """Turn an aggregated scenario into a data-parallel or disaggregated one (deterministic
+    placements only: round robin, or the KV router over one prefill and one decode worker)."""
+    kw = sc["kwargs"]
+    eng = json.loads(kw.pop("extra_engine_args"))["engine"] if kw.get("extra_engine_args") else {}
+    if topology == "dp":
+        top = {"engine": eng, "dp_size": rng.randint(2, 4)}
+        if sc["backend"] == "vllm" and rng.random() < 0.5:
+            eng["prefill_schedule_interval"] = rng.randint(1, 4)
+        kw["extra_engine_args"] = json.dumps(top)
+        return sc
+    # disaggregated (vLLM): prefill and decode engines derived from the drawn one
+    kw.pop("num_workers", None)
+    pe = dict(eng, worker_type="prefill")
+    de = dict(eng, worker_type="decode")
+    if rng.random() < 0.5:
+        pe["kv_transfer_bytes_per_token"] = rng.choice([1000, 131072, 1000000])
+        pe["kv_transfer_bandwidth"] = rng.choice([0.5, 5.0, 50.0])
+        if rng.random() < 0.5:
+            pe["kv_transfer_timing_mode"] = "destination_missing"
+    if rng.random() < 0.3 and "num_gpu_blocks" in de:
+        de["num_gpu_blocks"] = max(8, de["num_gpu_blocks"] // 2)
+    if rng.random() < 0.5:
+        kw["router_mode"] = "kv_router"
+    else:
+        kw["num_prefill_workers"] = rng.randint(1, 2)
+        kw["num_decode_workers"] = rng.randint(1, 2)
+    kw["prefill_engine_args"] = json.dumps({"engine": pe})
+    kw["decode_engine_args"] = json.dumps({"engine": de})
+    return sc
+
+
+def gen_scenario(rng: random.Random, backend_opt: str, topology: str = "agg"):
+    if topology != "agg":
+        sc = gen_scenario(rng, backend_opt if topology == "dp" else "vllm")
+        return apply_topology(rng, sc, topology)
     backend = backend_opt if backend_opt != "mix" else rng.choice(["vllm", "vllm", "trtllm", "sglang"])
     if rng.random() < 0.15:
         # synthetic
@@ -667,6 +705,8 @@ def main(argv=None):
     ap.add_argument("--iterations", type=int, default=200)
     ap.add_argument("--time-limit-s", type=float, default=None, help="stop after this many seconds")
     ap.add_argument("--backend", choices=["vllm", "trtllm", "sglang", "mix"], default="vllm")
+    ap.add_argument("--topology", choices=["agg", "dp", "disagg"], default="agg",
+                    help="dp: dp_size 2-4 (and prefill_schedule_interval); disagg: vLLM prefill/decode pools")
     ap.add_argument("--ours-python", default=shutil.which("python3") or "python3",
                     help="interpreter that can import our `mocker` package (default: python3 on PATH)")
     ap.add_argument("--out", default="fuzz_repros", help="directory for reproducers")
@@ -712,7 +752,7 @@ def main(argv=None):
                     break
                 case_seed = seed * 1_000_003 + it
                 rng = random.Random(case_seed)
-                sc = gen_scenario(rng, args.backend)
+                sc = gen_scenario(rng, args.backend, args.topology)
                 if args.skip_ref_errors:
                     p, _ = runner.payload(sc)
                     if not run_ref(core, p, runner.quiet, args.ref_timeout_s, tmpdir)["ok"]:

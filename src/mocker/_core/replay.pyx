@@ -523,6 +523,10 @@ cdef class ReplayCore:
         if fin:
             self.done = True
             if self.stalled_inflight > 0:
+                if self.disagg:
+                    raise ReplayInvariantError(
+                        "replay invariant violated: offline disagg replay encountered an effect-free "
+                        f"zero-duration pass with {self.stalled_inflight} in-flight requests remaining")
                 raise ReplayInvariantError(
                     "replay invariant violated: offline replay detected an effect-free "
                     f"zero-duration pass with {self.stalled_inflight} in-flight requests remaining")

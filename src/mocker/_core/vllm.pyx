@@ -379,8 +379,11 @@ cdef class VllmRank(Rank):
     cdef void activate_destination(self, rid_t r) noexcept nogil:
         """The transferred prompt KV is in place: publish its blocks, queue the request for decode."""
         cdef int64_t k, nfull = self.t.prompt_len[r] // self.bs
+        cdef slot_t s
         for k in range(nfull):
-            self.pool.cache_block(self.t.blocks[r][k], self.t.hashes[r][k])
+            s = self.t.blocks[r][k]
+            if not self.pool.s_cached[s]:       # resident prefix hits are cached already
+                self.pool.cache_block(s, self.t.hashes[r][k])
         self.t.computed[r] = self.t.prompt_len[r]
         self.t.activated[r] = 1
         self.n_activated += 1
