@@ -170,3 +170,21 @@ def test_cli_disaggregated_matches_the_golden(tmp_path):
     s = json.loads(out.read_text())
     for k in ("duration_ms", "mean_ttft_ms", "mean_itl_ms", "committed_prefill_tokens", "prefill_worker_seconds"):
         assert s[k] == pytest.approx(golden["summary"][k], rel=1e-9), k
+
+
+def test_pools_stay_consistent_with_resident_prefixes(tmp_path):
+    # repeats land on a decode worker that holds their prefix: hits must not be cached twice
+    from mocker.config import normalize_config
+    from mocker.replay.run import simulate
+    from mocker.replay.traces import load_mooncake
+    rows = [req(t, 1000 + (t % 3) * 64, 4, 100 + (t % 2) * 50) for t in range(0, 400, 20)]
+    p = tmp_path / "t.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    pcfg = normalize_config({"engine": {**FIXED, "worker_type": "prefill"}})
+    dcfg = normalize_config({"engine": {**FIXED, "worker_type": "decode", "num_gpu_blocks": 120}})
+    wl = load_mooncake([str(p)], 64, "mooncake", 1.0, timestamps_required=True)
+    sim = simulate(wl, pcfg, num_workers=1, decode_config=dcfg, num_decode_workers=1)
+    assert sim.core.terminal == len(rows)
+    for rank in sim.ranks:
+        rank.pool_view.check_invariants()
+        assert rank.pool_view.num_active_blocks == 0

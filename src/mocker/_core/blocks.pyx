@@ -205,6 +205,21 @@ cdef class BlockPool:
                 assert self.s_cached[s] and self.s_refs[s] == 0, f"slot {s} on LRU but held"
         assert used + <int64_t>self.free_slots.size() == self.capacity, "blocks not conserved"
         assert in_lru == self.lru_len, "LRU length mismatch"
+        # every cached copy sits exactly once on its hash's chain of resident copies
+        cdef int64_t cached = 0, chained = 0, steps
+        cdef slot_t c
+        for s in range(self.capacity):
+            cached += self.s_cached[s]
+        for kv in self.by_hash:
+            c = kv.second
+            steps = 0
+            while c >= 0:
+                assert self.s_cached[c] and self.s_hash[c] == kv.first, f"slot {c} on a foreign chain"
+                steps += 1
+                assert steps <= self.capacity, f"cycle in the copies of hash {kv.first}"
+                c = self.s_dup_next[c]
+            chained += steps
+        assert chained == cached, "cached copies off their chains"
 
 
 def churn(BlockPool pool, int64_t rounds, int64_t blocks_per_seq, int64_t num_prefixes, uint64_t seed=1):
