@@ -495,8 +495,14 @@ cdef class ReplayCore:
             evs.clear()
         self.committed_prefill += (<Rank>self.ranks[w]).out.committed_prefill
         if self.disagg and w < self.n_prefill_ranks:
+            # hand off in the order the requests finish on the engine: those that will sample
+            # nothing first
             for r in (<Rank>self.ranks[w]).out_completed:
-                self._source_held(r, now)
+                if self.t.req_out[r] == 0:
+                    self._source_held(r, now)
+            for r in (<Rank>self.ranks[w]).out_completed:
+                if self.t.req_out[r] != 0:
+                    self._source_held(r, now)
             for r in (<Rank>self.ranks[w]).out_rejected:
                 if self.routed:
                     self.router.on_terminal(r)
