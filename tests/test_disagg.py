@@ -188,3 +188,14 @@ def test_pools_stay_consistent_with_resident_prefixes(tmp_path):
     for rank in sim.ranks:
         rank.pool_view.check_invariants()
         assert rank.pool_view.num_active_blocks == 0
+
+
+def test_prompt_larger_than_every_decode_pool_fails_at_the_handoff(tmp_path):
+    # decode pool: 10 blocks of 64 tokens; a 1000-token prompt (16 blocks) can never move there
+    res = run(tmp_path, [req(0, 1000, 5, 100), req(1, 300, 3, 300)], decode={"num_gpu_blocks": 10})
+    recs = sorted(res.per_request, key=lambda r: r["arrival_time_ms"])
+    big, small = recs
+    assert big["terminal_status"] == "failed" and big["terminal_time_ms"] == big["source_held_ms"] == 10
+    assert big["decode_worker_idx"] is None and big["destination_reserved_ms"] is None
+    assert small["terminal_status"] == "completed"
+    assert res.summary["completed_requests"] == 1 and res.summary["num_requests"] == 2

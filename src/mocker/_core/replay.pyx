@@ -15,7 +15,7 @@ from libcpp.deque cimport deque
 from libcpp.queue cimport priority_queue
 from libcpp.pair cimport pair
 from mocker._core._types cimport rid_t, KvEvent
-from mocker._core.table cimport ReqTable, TokRun, RUN_GEN, ST_COMPLETED, ST_RUNNING
+from mocker._core.table cimport ReqTable, TokRun, RUN_GEN, ST_COMPLETED, ST_RUNNING, ST_FAILED
 from mocker._core.rank cimport Rank
 from mocker._core.vllm cimport VllmRank
 from mocker._core.router cimport KvRouter
@@ -427,8 +427,18 @@ cdef class ReplayCore:
     cdef void _source_held(self, rid_t r, double now) noexcept nogil:
         """``r``'s prefill ended: its KV is held; pick a decode rank and reserve room there."""
         cdef int64_t d
+        cdef int64_t dbs = (<Rank>self.ranks[self.n_prefill_ranks]).bs
         self.t.source_held[r] = now
         self.t.forget_tokens(r)             # the prefill pool's token is not visible
+        if (self.t.prompt_len[r] + dbs - 1) // dbs > (<Rank>self.ranks[self.n_prefill_ranks]).num_blocks:
+            # no decode worker could ever hold the prompt: the handoff fails
+            self.t.status[r] = ST_FAILED
+            self.t.terminal_time[r] = now
+            (<VllmRank>self.ranks[self.t.prefill_worker[r]]).release_source(r)
+            if self.routed:
+                self.router.on_terminal(r)
+            self._on_terminal(r, now)
+            return
         self.t.status[r] = ST_RUNNING
         if self.drouter is not None:
             d = self.drouter.route(r, now)

@@ -11,6 +11,7 @@ cdef enum ReqStatus:
     ST_COMPLETED = 3   # terminal: completed
     ST_REJECTED = 4    # terminal: rejected
     ST_UNFINISHED = 5  # run stopped before it became terminal
+    ST_FAILED = 6      # terminal: disaggregated handoff impossible (prompt larger than a decode pool)
 
 cdef enum RunKind:
     RUN_CONST = 0      # `n` tokens all equal to `v`

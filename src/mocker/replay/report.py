@@ -11,7 +11,7 @@ __all__ = ["build_summary", "build_records", "format_table", "ReplayResult"]
 
 ST_COMPLETED = 3
 ST_REJECTED = 4
-_STATUS = {3: "completed", 4: "rejected"}
+_STATUS = {3: "completed", 4: "rejected", 6: "failed"}
 _PCTS = ("mean", "min", "max", "median", "p75", "p90", "p95", "p99", "std")
 
 
