@@ -578,6 +578,64 @@ def sg_lpm_trace():
     return rows
 
 
+def sg_mml_idle_trace():
+    """max_model_len 200, prefill_decode_interval 5: over-long prompts that arrive while a
+    zero/one-output prefill runs (nothing left to decode at its end: idle interval rounds),
+    at such a pass end exactly, during deferred decode rounds, and while the worker is idle."""
+    def ids(k, n):
+        return [1000 * k + j for j in range(-(-n // 16))]
+    return [
+        line(0, 50, 0, ids(1, 50)), line(5, 300, 5, ids(2, 300)), line(5, 40, 3, ids(3, 40)),
+        line(40, 60, 1, ids(4, 60)), line(45, 250, 2, ids(5, 250)), line(50, 640, 2, ids(6, 640)),
+        line(50, 30, 2, ids(7, 30)),
+        line(80, 50, 6, ids(8, 50)), line(92.5, 210, 3, ids(9, 210)), line(93, 45, 2, ids(10, 45)),
+        line(94.5, 200, 1, ids(11, 200)),
+        line(300, 220, 4, ids(12, 220)), line(300, 20, 2, ids(13, 20)),
+    ]
+
+
+def sg_mml_ratio_trace():
+    """A long decode lowers the admission ratio; a zero-output prefill just before it ends
+    leaves interval rounds with nothing to decode (they reset the ratio), so the late big
+    prompt waits for room; over-long prompts arrive around the idle rounds."""
+    def ids(k, n):
+        return [1000 * k + j for j in range(-(-n // 16))]
+    return [
+        line(0, 100, 400, ids(1, 100)), line(405.5, 16, 0, ids(2, 16)), line(410, 200, 1000, ids(3, 200)),
+        line(412, 1600, 3, ids(4, 1600)), line(419, 1500, 2, ids(5, 1500)), line(440, 700, 50, ids(6, 700)),
+    ]
+
+
+def sg_mml_chunk_trace():
+    """Chunked prefill (128 tokens per pass) with max_model_len 600: over-long prompts arrive
+    during chunk passes, with and without a short prompt next to them."""
+    def ids(k, n):
+        return [1000 * k + j for j in range(-(-n // 16))]
+    return [
+        line(0, 500, 3, ids(1, 500)), line(5, 700, 5, ids(2, 700)), line(15, 700, 5, ids(3, 700)),
+        line(15, 40, 3, ids(4, 40)), line(60, 450, 0, ids(5, 450)), line(75, 601, 1, ids(6, 601)),
+        line(75, 600, 1, ids(7, 600)), line(100, 120, 2, ids(8, 120)),
+    ]
+
+
+def sg_mml_session_trace():
+    """Sessions whose turns are over max_model_len (300) between short turns, plus loose
+    requests; replayed closed-loop, so rejected turns refill at once."""
+    rows = []
+    for sid, t0, turns in (("a", 0, [(50, 0), (400, 3), (40, 2), (310, 1), (60, 4)]),
+                           ("b", 3, [(120, 1), (300, 2), (299, 1)]),
+                           ("c", 7, [(900, 5), (30, 0), (500, 2), (20, 3)])):
+        for i, (isl, osl) in enumerate(turns):
+            d = {"timestamp": t0, "session_id": sid, "input_length": isl, "output_length": osl,
+                 "hash_ids": [100_000 * (ord(sid) - 96) + j for j in range(-(-isl // 16))]}
+            if i:
+                d["delay"] = 0 if i % 2 else 5
+            rows.append(json.dumps(d))
+    for i, (ts, isl, osl) in enumerate([(2, 350, 2), (4, 60, 3), (20, 301, 0), (21, 80, 2)]):
+        rows.append(line(ts, isl, osl, [500_000 + 100 * i + j for j in range(-(-isl // 16))]))
+    return rows
+
+
 def sg_pool_trace():
     """Moderate pressure with short/medium prompts and medium decodes (for tiny pages)."""
     rng = random.Random(21)
@@ -729,6 +787,24 @@ def sglang_scenarios():
           request_rate=15.0, turns_per_session=3, inter_turn_delay_ms=40.0, extra_engine_args=sg()),
         S("sglang_synth_pressure", (1000, 300, 30), "burst into a small pool",
           arrival_interval_ms=0.0, extra_engine_args=sg(block_size=8, num_gpu_blocks=600)),
+        # ---- max_model_len rejection time (idle interval rounds, chunk passes, closed loop)
+        T("sglang_mml_interval_idle", sg_mml_idle_trace(), "max_model_len 200, prefill_decode_interval 5: "
+          "rejections in idle interval rounds", trace_block_size=16,
+          extra_engine_args=sg(block_size=16, num_gpu_blocks=1000, max_model_len=200, prefill_decode_interval=5,
+                               timing_model=FIXED_10_1)),
+        T("sglang_mml_interval_ratio", sg_mml_ratio_trace(), "idle interval rounds reset the admission ratio; "
+          "max_model_len 1500", trace_block_size=16,
+          extra_engine_args=sg(block_size=16, num_gpu_blocks=100, max_model_len=1500, prefill_decode_interval=5,
+                               timing_model=FIXED_10_1)),
+        T("sglang_mml_chunk_interval", sg_mml_chunk_trace(), "chunks of 128, prefill_decode_interval 2, "
+          "max_model_len 600", trace_block_size=16,
+          extra_engine_args=sg(block_size=16, num_gpu_blocks=400, max_model_len=600, prefill_decode_interval=2,
+                               timing_model=FIXED_10_1,
+                               sglang={"chunked_prefill_size": 128, "max_prefill_tokens": 128})),
+        T("sglang_mml_sessions_closed_loop", sg_mml_session_trace(), "sessions + replay_concurrency 2, "
+          "max_model_len 300, prefill_decode_interval 3, polynomial timing", trace_block_size=16,
+          replay_concurrency=2,
+          extra_engine_args=sg(block_size=16, num_gpu_blocks=300, max_model_len=300, prefill_decode_interval=3)),
         # ---- prompts larger than the pool
         T("sglang_prompt_over_pool_mml", [line(0, 300, 20, [1]), line(0, 2000, 10, [2, 3, 4, 5]),
                                           line(5, 200, 20, [6])],

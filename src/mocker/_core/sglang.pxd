@@ -22,6 +22,7 @@ cdef class SglangRank(Rank):
     cdef double new_token_ratio
     cdef int64_t prefill_decode_interval
     cdef int64_t prefill_rounds_remaining
+    cdef double last_end              # end of this rank's latest pass
     cdef int64_t own_path_conflicts    # admissions refused because the matched path had to be evicted
     # per request (indexed by rid)
     cdef vector[int64_t] ins          # leading pages inserted in (and locked from) the tree
@@ -39,6 +40,7 @@ cdef class SglangRank(Rank):
     cdef void _apply_lpm(self) noexcept nogil
     cdef int64_t _match_len(self, rid_t r) noexcept nogil
     cdef void _prefill_batch(self, double now) noexcept nogil
+    cdef void _end_pass(self, double end, bint effect) noexcept nogil
     cdef void _remove_running(self, rid_t r) noexcept nogil
     cdef bint _make_room(self, int64_t pages) noexcept nogil
     cdef double _estimate_ratio(self) noexcept nogil

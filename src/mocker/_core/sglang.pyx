@@ -50,6 +50,7 @@ cdef class SglangRank(Rank):
         self.new_token_ratio = self.init_ratio
         self.prefill_decode_interval = engine["prefill_decode_interval"]
         self.prefill_rounds_remaining = 0
+        self.last_end = 0.0
         self.stall_is_fatal = True
         self.ins.resize(table.n, 0)
         self.touch.resize(table.n, 0)
@@ -250,20 +251,30 @@ cdef class SglangRank(Rank):
 
     # -- one pass -------------------------------------------------------------------
     cdef void step(self, double now) noexcept nogil:
-        # decode-only rounds after a prefill only hold back prefills while something decodes
-        cdef bint defer = self.prefill_rounds_remaining > 0 and self.running.size() > 0
-        cdef bint effect = False, retracted = False, slots
+        cdef bint defer, idle_round, effect = False, retracted = False, slots
         cdef size_t i, keep
         cdef rid_t r, victim
         cdef int64_t rem, seq, need, avail, best, prev_rounds
         cdef double end = now, active, estimate = 0.0
         cdef vector[rid_t] newly, done
         cdef vector[int64_t] rems
+        if self.running.size() == 0 and now > self.last_end and self.prefill_rounds_remaining > 0:
+            # the rank idled since its last pass: it ran its remaining interval rounds (idle
+            # rounds, see below) at that pass's end, with nothing waiting
+            self.prefill_rounds_remaining = 0
+            self.new_token_ratio = self.init_ratio
+        # decode-only rounds after a prefill hold back prefills (and chunk continuations);
+        # with nothing to decode each such round is an idle pass that takes no time: it turns
+        # away over-long prompts (stamped with its start), resets the admission ratio and
+        # counts down the interval
+        defer = self.prefill_rounds_remaining > 0 and self.running.size() > 0
+        idle_round = self.prefill_rounds_remaining > 0 and self.running.size() == 0
         self.begin_pass(now)
         self.batch.clear()
         self._isl = 0
         self._pre = 0
-        # prompts that can never fit under max_model_len are rejected wherever they wait
+        # prompts that can never fit under max_model_len are rejected wherever they wait at
+        # the start of a pass, stamped with its end
         if self.max_model_len > 0:
             keep = 0
             for i in range(self.waiting.size()):
@@ -276,6 +287,11 @@ cdef class SglangRank(Rank):
                     keep += 1
             while self.waiting.size() > keep:
                 self.waiting.pop_back()
+        if idle_round:
+            self.prefill_rounds_remaining -= 1
+            self.new_token_ratio = self.init_ratio
+            self._end_pass(now, True)
+            return
         if self.lpm and self.caching and <int64_t>self.waiting.size() <= LPM_MAX_WAITING:
             self._apply_lpm()
         if not defer:
@@ -411,6 +427,11 @@ cdef class SglangRank(Rank):
                 self.prefill_rounds_remaining -= 1
             if prev_rounds != self.prefill_rounds_remaining:
                 effect = True
+        self._end_pass(end, effect)
+
+    cdef void _end_pass(self, double end, bint effect) noexcept nogil:
+        cdef rid_t r
+        self.last_end = end
         for r in self.out_rejected:
             self.t.terminal_time[r] = end
         self.out.end = end
