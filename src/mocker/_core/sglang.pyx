@@ -36,13 +36,15 @@ cdef bint lpm_less(const LpmKey& a, const LpmKey& b) noexcept nogil:
 
 
 cdef class SglangRank(Rank):
-    def __cinit__(self, ReqTable table, dict engine):
+    def __cinit__(self, ReqTable table, dict engine, int64_t dp_size=1):
         cdef dict sg = engine["sglang"]
         self.caching = engine["enable_prefix_caching"]
         self.cache = RadixCache(self.num_blocks, self.caching, engine.get("emit_kv_events", False))
         self.lpm = sg["schedule_policy"] == "lpm"
         self.max_prefill_tokens = sg["max_prefill_tokens"]
-        self.chunked_prefill_size = sg["chunked_prefill_size"]
+        # attention DP splits the chunk budget over the worker's ranks (whole pages per rank);
+        # max_prefill_tokens stays per rank
+        self.chunked_prefill_size = (sg["chunked_prefill_size"] // dp_size) // self.bs * self.bs
         self.clip_max_new_tokens = sg["clip_max_new_tokens"]
         self.init_ratio = 0.7 * sg["schedule_conservativeness"]
         self.min_ratio = 0.14 * self.init_ratio
