@@ -22,6 +22,8 @@ cdef class SglangRank(Rank):
     cdef double new_token_ratio
     cdef int64_t prefill_decode_interval
     cdef int64_t prefill_rounds_remaining
+    cdef bint grouped                 # dp_size > 1: the interval countdown is shared by the worker's ranks
+    cdef bint idle_round              # grouped: the last pass was a deferred round with nothing to decode
     cdef int64_t own_path_conflicts    # admissions refused because the matched path had to be evicted
     # per request (indexed by rid)
     cdef vector[int64_t] ins          # leading pages inserted in (and locked from) the tree

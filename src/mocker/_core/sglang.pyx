@@ -52,6 +52,7 @@ cdef class SglangRank(Rank):
         self.new_token_ratio = self.init_ratio
         self.prefill_decode_interval = engine["prefill_decode_interval"]
         self.prefill_rounds_remaining = 0
+        self.grouped = dp_size > 1
         self.stall_is_fatal = True
         self.ins.resize(table.n, 0)
         self.touch.resize(table.n, 0)
@@ -252,8 +253,9 @@ cdef class SglangRank(Rank):
 
     # -- one pass -------------------------------------------------------------------
     cdef void step(self, double now) noexcept nogil:
-        # decode-only rounds after a prefill only hold back prefills while something decodes
-        cdef bint defer = self.prefill_rounds_remaining > 0 and self.running.size() > 0
+        # decode-only rounds after a prefill only hold back prefills while something decodes;
+        # under attention DP the countdown belongs to the worker and holds back every rank
+        cdef bint defer = self.prefill_rounds_remaining > 0 and (self.grouped or self.running.size() > 0)
         cdef bint effect = False, retracted = False, slots
         cdef size_t i, keep
         cdef rid_t r, victim
@@ -262,6 +264,7 @@ cdef class SglangRank(Rank):
         cdef vector[rid_t] newly, done
         cdef vector[int64_t] rems
         self.begin_pass(now)
+        self.idle_round = False
         self.batch.clear()
         self._isl = 0
         self._pre = 0
@@ -327,7 +330,10 @@ cdef class SglangRank(Rank):
             if end > now:
                 # a batch with nothing to compute (fully cached zero-output requests) does not
                 # count as a prefill round
-                self.prefill_rounds_remaining = self.prefill_decode_interval
+                self.out.prefill_work = True
+                self.out.model_work = True
+                if not self.grouped:
+                    self.prefill_rounds_remaining = self.prefill_decode_interval
             effect = True
         else:
             # decode pass over the running requests
@@ -400,6 +406,7 @@ cdef class SglangRank(Rank):
                 if self.out_emitted.size() == 0:
                     # nobody could get a KV slot: the pass did nothing (the run cannot progress)
                     end = now
+            self.out.model_work = self.out_emitted.size() > 0
             if retracted:
                 self.new_token_ratio = estimate
             elif self.running.size() > 0 or self.out_emitted.size() > 0:
@@ -407,10 +414,13 @@ cdef class SglangRank(Rank):
                 if self.new_token_ratio < self.min_ratio:
                     self.new_token_ratio = self.min_ratio
             elif defer:
-                self.new_token_ratio = self.init_ratio      # an idle interval round
+                if self.grouped:
+                    self.idle_round = True              # resolved when the worker pass ends
+                else:
+                    self.new_token_ratio = self.init_ratio      # an idle interval round
             prev_rounds = self.prefill_rounds_remaining
-            if self.prefill_rounds_remaining > 0:
-                self.prefill_rounds_remaining -= 1
+            if self.prefill_rounds_remaining > 0 and not self.grouped:
+                self.prefill_rounds_remaining -= 1      # grouped: the worker pass end counts down
             if prev_rounds != self.prefill_rounds_remaining:
                 effect = True
         for r in self.out_rejected:
@@ -418,6 +428,19 @@ cdef class SglangRank(Rank):
         self.out.end = end
         self.out.effect = (effect or self.out_emitted.size() > 0 or self.out_completed.size() > 0
                            or self.out_rejected.size() > 0)
+
+    cdef bint finish_group_pass(self, bint stepped, bint any_prefill, bint any_model) noexcept nogil:
+        """Attention DP: every rank of the worker sees the same prefill signal at the pass end,
+        so the interval countdown stays in step across ranks (idle ones included)."""
+        cdef int64_t prev = self.prefill_rounds_remaining
+        if stepped and self.idle_round and not any_model:
+            self.new_token_ratio = self.init_ratio      # no rank ran a forward: an idle round
+        self.idle_round = False
+        if any_prefill:
+            self.prefill_rounds_remaining = self.prefill_decode_interval
+        elif self.prefill_rounds_remaining > 0:
+            self.prefill_rounds_remaining -= 1
+        return self.prefill_rounds_remaining != prev
 
     cdef bint _make_room(self, int64_t pages) noexcept nogil:
         """Evict cached pages until ``pages`` are free (as far as possible); True if they are."""
