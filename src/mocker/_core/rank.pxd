@@ -12,6 +12,8 @@ cdef struct PassOut:
     int64_t decode_n          # requests in the decode batch
     int64_t committed_prefill # tokens of work items that carried prompt tokens
     int64_t preemptions       # preemptions / retractions during this pass
+    bint prefill_work         # the pass computed prompt tokens (SGLang interval signal)
+    bint model_work           # the pass ran a forward (prompt tokens or decoded tokens)
     bint effect               # the pass changed anything
 
 
@@ -42,5 +44,6 @@ cdef class Rank:
     cdef void emit_token(self, rid_t r, double end) noexcept nogil
     cdef vector[KvEvent]* kv_events(self) noexcept nogil
     cdef void restamp(self, double end) noexcept nogil
+    cdef bint finish_group_pass(self, bint stepped, bint any_prefill, bint any_model) noexcept nogil
     cdef inline bint has_work(self) noexcept nogil:
         return self.waiting.size() > 0 or self.running.size() > 0

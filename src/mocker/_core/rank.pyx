@@ -53,6 +53,8 @@ cdef class Rank:
         self.out.decode_n = 0
         self.out.preemptions = 0
         self.out.committed_prefill = 0
+        self.out.prefill_work = False
+        self.out.model_work = False
         self.out.effect = False
         self.out_emitted.clear()
         self.out_prev.clear()
@@ -96,6 +98,11 @@ cdef class Rank:
         for r in self.out_rejected:
             self.t.terminal_time[r] = end
         self.out.end = end
+
+    cdef bint finish_group_pass(self, bint stepped, bint any_prefill, bint any_model) noexcept nogil:
+        """A data-parallel worker pass ended (``stepped``: this rank ran in it; ``any_*``: what
+        any rank of the worker did).  Returns True if the rank's state changed."""
+        return False
 
     cdef vector[KvEvent]* kv_events(self) noexcept nogil:
         """KV events recorded since they were last drained (NULL: the rank has no cache)."""

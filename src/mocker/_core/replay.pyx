@@ -371,6 +371,7 @@ cdef class ReplayCore:
         cdef int64_t k
         cdef double end = now
         cdef bint throttle = self.g_n[w] > 1 and self.interval > 1 and self.wave[w] % self.interval != 0
+        cdef bint any_prefill = False, any_model = False
         self._effect = False
         if self.disagg:
             self.t.pool = 1 if w < self.n_prefill_workers else 2     # admissions are booked per pool
@@ -388,8 +389,14 @@ cdef class ReplayCore:
         self.wave[w] += 1
         if self.g_n[w] > 1:
             for k in range(self.g_first[w], self.g_first[w] + self.g_n[w]):
+                if self.stepped[k]:
+                    any_prefill = any_prefill or (<Rank>self.ranks[k]).out.prefill_work
+                    any_model = any_model or (<Rank>self.ranks[k]).out.model_work
+            for k in range(self.g_first[w], self.g_first[w] + self.g_n[w]):
                 if self.stepped[k] and (<Rank>self.ranks[k]).out.end != end:
                     (<Rank>self.ranks[k]).restamp(end)
+                if (<Rank>self.ranks[k]).finish_group_pass(self.stepped[k], any_prefill, any_model):
+                    self._effect = True
         return end
 
     cdef void _complete_worker_pass(self, int64_t w, double now) noexcept nogil:

@@ -23,6 +23,8 @@ cdef class SglangRank(Rank):
     cdef int64_t prefill_decode_interval
     cdef int64_t prefill_rounds_remaining
     cdef double last_end              # end of this rank's latest pass
+    cdef bint grouped                 # dp_size > 1: the interval countdown is shared by the worker's ranks
+    cdef bint idle_round              # grouped: the last pass was a deferred round with nothing to decode
     cdef int64_t own_path_conflicts    # admissions refused because the matched path had to be evicted
     # per request (indexed by rid)
     cdef vector[int64_t] ins          # leading pages inserted in (and locked from) the tree

@@ -36,13 +36,15 @@ cdef bint lpm_less(const LpmKey& a, const LpmKey& b) noexcept nogil:
 
 
 cdef class SglangRank(Rank):
-    def __cinit__(self, ReqTable table, dict engine):
+    def __cinit__(self, ReqTable table, dict engine, int64_t dp_size=1):
         cdef dict sg = engine["sglang"]
         self.caching = engine["enable_prefix_caching"]
         self.cache = RadixCache(self.num_blocks, self.caching, engine.get("emit_kv_events", False))
         self.lpm = sg["schedule_policy"] == "lpm"
         self.max_prefill_tokens = sg["max_prefill_tokens"]
-        self.chunked_prefill_size = sg["chunked_prefill_size"]
+        # attention DP splits the chunk budget over the worker's ranks (whole pages per rank);
+        # max_prefill_tokens stays per rank
+        self.chunked_prefill_size = (sg["chunked_prefill_size"] // dp_size) // self.bs * self.bs
         self.clip_max_new_tokens = sg["clip_max_new_tokens"]
         self.init_ratio = 0.7 * sg["schedule_conservativeness"]
         self.min_ratio = 0.14 * self.init_ratio
@@ -51,6 +53,7 @@ cdef class SglangRank(Rank):
         self.prefill_decode_interval = engine["prefill_decode_interval"]
         self.prefill_rounds_remaining = 0
         self.last_end = 0.0
+        self.grouped = dp_size > 1
         self.stall_is_fatal = True
         self.ins.resize(table.n, 0)
         self.touch.resize(table.n, 0)
@@ -251,25 +254,31 @@ cdef class SglangRank(Rank):
 
     # -- one pass -------------------------------------------------------------------
     cdef void step(self, double now) noexcept nogil:
-        cdef bint defer, idle_round, effect = False, retracted = False, slots
+        cdef bint defer, idle_round = False, effect = False, retracted = False, slots
         cdef size_t i, keep
         cdef rid_t r, victim
         cdef int64_t rem, seq, need, avail, best, prev_rounds
         cdef double end = now, active, estimate = 0.0
         cdef vector[rid_t] newly, done
         cdef vector[int64_t] rems
-        if self.running.size() == 0 and now > self.last_end and self.prefill_rounds_remaining > 0:
-            # the rank idled since its last pass: it ran its remaining interval rounds (idle
-            # rounds, see below) at that pass's end, with nothing waiting
-            self.prefill_rounds_remaining = 0
-            self.new_token_ratio = self.init_ratio
-        # decode-only rounds after a prefill hold back prefills (and chunk continuations);
-        # with nothing to decode each such round is an idle pass that takes no time: it turns
-        # away over-long prompts (stamped with its start), resets the admission ratio and
-        # counts down the interval
-        defer = self.prefill_rounds_remaining > 0 and self.running.size() > 0
-        idle_round = self.prefill_rounds_remaining > 0 and self.running.size() == 0
+        if self.grouped:
+            # attention DP: the interval countdown belongs to the worker (finish_group_pass)
+            # and holds back the prefills of every rank
+            defer = self.prefill_rounds_remaining > 0
+        else:
+            if self.running.size() == 0 and now > self.last_end and self.prefill_rounds_remaining > 0:
+                # the rank idled since its last pass: it ran its remaining interval rounds (idle
+                # rounds, see below) at that pass's end, with nothing waiting
+                self.prefill_rounds_remaining = 0
+                self.new_token_ratio = self.init_ratio
+            # decode-only rounds after a prefill hold back prefills (and chunk continuations);
+            # with nothing to decode each such round is an idle pass that takes no time: it turns
+            # away over-long prompts (stamped with its start), resets the admission ratio and
+            # counts down the interval
+            defer = self.prefill_rounds_remaining > 0 and self.running.size() > 0
+            idle_round = self.prefill_rounds_remaining > 0 and self.running.size() == 0
         self.begin_pass(now)
+        self.idle_round = False
         self.batch.clear()
         self._isl = 0
         self._pre = 0
@@ -341,7 +350,10 @@ cdef class SglangRank(Rank):
             if end > now:
                 # a batch with nothing to compute (fully cached zero-output requests) does not
                 # count as a prefill round
-                self.prefill_rounds_remaining = self.prefill_decode_interval
+                self.out.prefill_work = True
+                self.out.model_work = True
+                if not self.grouped:
+                    self.prefill_rounds_remaining = self.prefill_decode_interval
             effect = True
         else:
             # decode pass over the running requests
@@ -414,6 +426,7 @@ cdef class SglangRank(Rank):
                 if self.out_emitted.size() == 0:
                     # nobody could get a KV slot: the pass did nothing (the run cannot progress)
                     end = now
+            self.out.model_work = self.out_emitted.size() > 0
             if retracted:
                 self.new_token_ratio = estimate
             elif self.running.size() > 0 or self.out_emitted.size() > 0:
@@ -421,10 +434,13 @@ cdef class SglangRank(Rank):
                 if self.new_token_ratio < self.min_ratio:
                     self.new_token_ratio = self.min_ratio
             elif defer:
-                self.new_token_ratio = self.init_ratio      # an idle interval round
+                if self.grouped:
+                    self.idle_round = True              # resolved when the worker pass ends
+                else:
+                    self.new_token_ratio = self.init_ratio      # an idle interval round
             prev_rounds = self.prefill_rounds_remaining
-            if self.prefill_rounds_remaining > 0:
-                self.prefill_rounds_remaining -= 1
+            if self.prefill_rounds_remaining > 0 and not self.grouped:
+                self.prefill_rounds_remaining -= 1      # grouped: the worker pass end counts down
             if prev_rounds != self.prefill_rounds_remaining:
                 effect = True
         self._end_pass(end, effect)
@@ -437,6 +453,19 @@ cdef class SglangRank(Rank):
         self.out.end = end
         self.out.effect = (effect or self.out_emitted.size() > 0 or self.out_completed.size() > 0
                            or self.out_rejected.size() > 0)
+
+    cdef bint finish_group_pass(self, bint stepped, bint any_prefill, bint any_model) noexcept nogil:
+        """Attention DP: every rank of the worker sees the same prefill signal at the pass end,
+        so the interval countdown stays in step across ranks (idle ones included)."""
+        cdef int64_t prev = self.prefill_rounds_remaining
+        if stepped and self.idle_round and not any_model:
+            self.new_token_ratio = self.init_ratio      # no rank ran a forward: an idle round
+        self.idle_round = False
+        if any_prefill:
+            self.prefill_rounds_remaining = self.prefill_decode_interval
+        elif self.prefill_rounds_remaining > 0:
+            self.prefill_rounds_remaining -= 1
+        return self.prefill_rounds_remaining != prev
 
     cdef bint _make_room(self, int64_t pages) noexcept nogil:
         """Evict cached pages until ``pages`` are free (as far as possible); True if they are."""

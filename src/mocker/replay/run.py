@@ -92,9 +92,10 @@ def _build_ranks(config: dict, table: ReqTable, num_workers: int, kv_events: boo
         raise ConfigError(f"offline disaggregated replay requires {role}_engine_args.worker_type={role}, got {got}")
     if engine["aic_nextn"] is not None:
         raise ConfigError("engine.aic_nextn (speculative decoding) is not supported by mocker yet")
-    rank_cls = SglangRank if engine["backend"] == "sglang" else VllmRank
     # a worker is dp_size ranks, each a whole scheduler with its own KV pool
-    return [rank_cls(table, engine) for _ in range(num_workers * config["dp_size"])]
+    if engine["backend"] == "sglang":
+        return [SglangRank(table, engine, config["dp_size"]) for _ in range(num_workers * config["dp_size"])]
+    return [VllmRank(table, engine) for _ in range(num_workers * config["dp_size"])]
 
 
 def _count(name: str, v: Any) -> int:
