@@ -416,11 +416,9 @@ cdef class ReplayCore:
                     self.pend_release[k].clear()
                 else:
                     # every event a busy decode rank handles at its pass end (the pass end
-                    # itself, each completion, each transfer that arrived meanwhile) lets it
-                    # take one waiting destination
+                    # itself, each transfer that arrived meanwhile) lets it take one waiting
+                    # destination; completions do not
                     n = 1 + <int64_t>self.pend_activate[k].size()
-                    if self.stepped[k]:
-                        n += <int64_t>(<Rank>self.ranks[k]).out_completed.size()
                     for r in self.pend_activate[k]:
                         (<VllmRank>self.ranks[k]).activate_destination(r)
                         self._activated(r, k, now)
