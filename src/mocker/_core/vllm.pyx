@@ -357,6 +357,8 @@ cdef class VllmRank(Rank):
         """Allocate the prompt's blocks here, reusing resident prefix blocks; False if no room."""
         cdef int64_t bs = self.bs, plen = self.t.prompt_len[r]
         cdef int64_t total = ceil_div(plen, bs), nfull, overlap = 0, active_overlap = 0
+        if self.max_num_seqs > 0 and <int64_t>self.running.size() >= self.max_num_seqs:
+            return False                # every decode seat is taken by a running request
         self.t.ensure_hashed(r)
         nfull = plen // bs
         if nfull > <int64_t>self.t.hashes[r].size():
