@@ -328,7 +328,10 @@ cdef class ReplayCore:
                     self.pend_activate[j].push_back(r)
                 else:
                     self._activate(r, j, now)
-            # 2. admissions
+            # 2. admissions (disaggregated: a worker with work restarts before the instant's
+            #    arrivals are routed; they join its next pass)
+            if self.disagg and self._start_workers(now, &budget):
+                return True
             while True:
                 r = self._pop_arrival(now)
                 if r < 0:
@@ -337,26 +340,35 @@ cdef class ReplayCore:
                 self._arrive(r, now)
             # 3. idle workers with work start a pass; a pass that takes no time completes at
             #    once and the worker goes on, before anything it released can arrive
-            for w in range(self.n_workers):
-                while not self.busy[w] and not self.stalled[w] and self._has_work(w):
-                    x = self._start_pass(w, now)
-                    self.passes += 1
-                    budget -= 1
-                    if x != now:
-                        self.busy[w] = 1
-                        self.busy_until[w] = x
-                        break
-                    if not self._effect:
-                        if (<Rank>self.ranks[self.g_first[w]]).stall_is_fatal:
-                            self.stalled_inflight = 0
-                            for j in range(self.g_first[w], self.g_first[w] + self.g_n[w]):
-                                self.stalled_inflight += <int64_t>((<Rank>self.ranks[j]).waiting.size()
-                                                                   + (<Rank>self.ranks[j]).running.size())
-                            return True
-                        self.stalled[w] = 1
-                        break
-                    self._complete_worker_pass(w, now)
+            if self._start_workers(now, &budget):
+                return True
         return False
+
+    cdef int _start_workers(self, double now, int64_t* budget) noexcept nogil:
+        """Every idle worker with work starts a pass at ``now`` (zero-duration passes complete
+        inline and the worker goes on); 1 if the run must stop (a fatal stall)."""
+        cdef int64_t w, j
+        cdef double x
+        for w in range(self.n_workers):
+            while not self.busy[w] and not self.stalled[w] and self._has_work(w):
+                x = self._start_pass(w, now)
+                self.passes += 1
+                budget[0] -= 1
+                if x != now:
+                    self.busy[w] = 1
+                    self.busy_until[w] = x
+                    break
+                if not self._effect:
+                    if (<Rank>self.ranks[self.g_first[w]]).stall_is_fatal:
+                        self.stalled_inflight = 0
+                        for j in range(self.g_first[w], self.g_first[w] + self.g_n[w]):
+                            self.stalled_inflight += <int64_t>((<Rank>self.ranks[j]).waiting.size()
+                                                               + (<Rank>self.ranks[j]).running.size())
+                        return 1
+                    self.stalled[w] = 1
+                    break
+                self._complete_worker_pass(w, now)
+        return 0
 
     cdef bint _has_work(self, int64_t w) noexcept nogil:
         cdef int64_t k
