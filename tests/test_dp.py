@@ -102,3 +102,11 @@ def test_kv_router_targets_ranks(tmp_path):
     assert sid[0] == sid[1] and sid[2] == sid[3] and sid[0] != sid[2]
     assert [r["routing_history"][0]["reported_overlap_tokens"] for r in recs] == [0, 640, 0, 640]
     assert [r["reused_input_tokens"] for r in recs] == [0, 576, 0, 576]    # the last block is recomputed
+
+
+def test_sglang_dp_chunk_budget_must_survive_the_split():
+    with pytest.raises(ConfigError, match="engine error: constructing attention-DP rank 0: SGLang attention DP "
+                                          "size 3 reduces chunked_prefill_size=2 to zero"):
+        run_synthetic_trace_replay(100, 2, 2, arrival_interval_ms=1.0,
+                                   extra_engine_args={"engine": {"backend": "sglang", "sglang": {"chunked_prefill_size": 2}},
+                                                      "dp_size": 3})
