@@ -94,7 +94,11 @@ def _build_ranks(config: dict, table: ReqTable, num_workers: int, kv_events: boo
         raise ConfigError("engine.aic_nextn (speculative decoding) is not supported by mocker yet")
     # a worker is dp_size ranks, each a whole scheduler with its own KV pool
     if engine["backend"] == "sglang":
-        return [SglangRank(table, engine, config["dp_size"]) for _ in range(num_workers * config["dp_size"])]
+        dp = config["dp_size"]
+        if dp > 1 and engine["sglang"]["chunked_prefill_size"] // dp == 0:
+            raise ConfigError(f"engine error: constructing attention-DP rank 0: SGLang attention DP size {dp} "
+                              f"reduces chunked_prefill_size={engine['sglang']['chunked_prefill_size']} to zero")
+        return [SglangRank(table, engine, dp) for _ in range(num_workers * dp)]
     return [VllmRank(table, engine) for _ in range(num_workers * config["dp_size"])]
 
 
