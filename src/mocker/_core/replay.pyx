@@ -55,7 +55,7 @@ cdef class ReplayCore:
     cdef double xfer_bytes                     # prefill engine: kv_transfer_bytes_per_token (0: none)
     cdef double xfer_bw                        # prefill engine: kv_transfer_bandwidth GB/s (0: none)
     cdef bint xfer_missing                     # destination_missing timing mode
-    cdef int64_t interval                # prefill_schedule_interval (attention DP)
+    cdef vector[int64_t] g_interval      # per worker: prefill_schedule_interval of its engine
     cdef vector[int8_t] stepped          # per rank: ran in its worker's current pass
     cdef vector[int64_t] next_rank       # per worker: round-robin rank counter
     cdef vector[int64_t] wave            # per worker: passes since the worker last drained
@@ -128,13 +128,13 @@ cdef class ReplayCore:
             self.ranks.push_back(<void*>rk)
         self.n_ranks = len(ranks)
         self.dp = dp_size
-        self.interval = prefill_schedule_interval if prefill_schedule_interval > 0 else 1
         if disagg is None:
             if dp_size < 1 or self.n_ranks % dp_size != 0:
                 raise ValueError("the ranks must form whole workers of dp_size ranks")
             for i in range(self.n_ranks // dp_size):
                 self.g_first.push_back(i * dp_size)
                 self.g_n.push_back(dp_size)
+                self.g_interval.push_back(max(prefill_schedule_interval, 1))
         else:
             # {"prefill_workers", "prefill_dp", "decode_workers", "decode_dp", "decode_router",
             #  "bytes_per_token", "bandwidth_gbps", "destination_missing"}
@@ -146,9 +146,11 @@ cdef class ReplayCore:
             for i in range(disagg["prefill_workers"]):
                 self.g_first.push_back(i * disagg["prefill_dp"])
                 self.g_n.push_back(disagg["prefill_dp"])
+                self.g_interval.push_back(max(prefill_schedule_interval, 1))
             for i in range(disagg["decode_workers"]):
                 self.g_first.push_back(self.n_prefill_ranks + i * disagg["decode_dp"])
                 self.g_n.push_back(disagg["decode_dp"])
+                self.g_interval.push_back(max(disagg["decode_interval"], 1))
             self.drouter = disagg["decode_router"]
             self.xfer_bytes = disagg["bytes_per_token"] or 0.0
             self.xfer_bw = disagg["bandwidth_gbps"] or 0.0
@@ -382,7 +384,8 @@ cdef class ReplayCore:
         with its slowest rank and every rank's output is stamped with that end."""
         cdef int64_t k
         cdef double end = now
-        cdef bint throttle = self.g_n[w] > 1 and self.interval > 1 and self.wave[w] % self.interval != 0
+        cdef bint throttle = (self.g_n[w] > 1 and self.g_interval[w] > 1
+                              and self.wave[w] % self.g_interval[w] != 0)
         cdef bint any_prefill = False, any_model = False
         self._effect = False
         if self.disagg:

@@ -207,7 +207,11 @@ cdef class KvRouter:
             self.active_blocks[w] -= self.req_blocks[r]
             self.req_blocks[r] = 0
         for i in range(self.req_blocks[r]):
+            if i >= <int64_t>self.t.hashes[r].size():
+                break                           # (defensive: the request's content is gone)
             it = self.active_at.find(self.t.hashes[r][i])
+            if it == self.active_at.end():
+                continue
             off = deref(it).second
             self.active_cnt[off + w] -= 1
             self.active_cnt[off + self.nw] -= 1

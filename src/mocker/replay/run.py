@@ -208,6 +208,7 @@ def simulate(workload: Workload, config: dict, *, num_workers: int = 1, concurre
                                           router_seed=router["router_seed"] + 1), lag)
         disagg = {"prefill_workers": num_workers, "prefill_dp": config["dp_size"],
                   "decode_workers": num_decode_workers, "decode_dp": decode_config["dp_size"],
+                  "decode_interval": decode_config["engine"]["prefill_schedule_interval"],
                   "decode_router": decode_router,
                   "bytes_per_token": float(engine["kv_transfer_bytes_per_token"] or 0),
                   "bandwidth_gbps": float(engine["kv_transfer_bandwidth"] or 0.0),
