@@ -59,3 +59,37 @@ def test_replay_3000_300_x5000_conc64(benchmark):
     res = benchmark.pedantic(run_synthetic_trace_replay, args=(3000, 300, 5000),
                              kwargs={"replay_concurrency": 64}, rounds=3, iterations=1)
     assert res.summary["completed_requests"] == 5000
+
+
+@pytest.mark.benchmark(group="replay")
+def test_replay_sglang_1000_100_x5000_rate20(benchmark):
+    res = benchmark.pedantic(run_synthetic_trace_replay, args=(1000, 100, 5000),
+                             kwargs={"request_rate": 20, "extra_engine_args": {"engine": {"backend": "sglang"}}},
+                             rounds=3, iterations=1)
+    assert res.summary["completed_requests"] == 5000
+
+
+@pytest.mark.benchmark(group="cluster")
+def test_replay_kv_router_8_workers(benchmark):
+    res = benchmark.pedantic(run_synthetic_trace_replay, args=(2000, 100, 5000),
+                             kwargs={"request_rate": 80.0, "shared_prefix_ratio": 0.5, "num_prefix_groups": 20,
+                                     "num_workers": 8, "router_mode": "kv_router"}, rounds=3, iterations=1)
+    assert res.summary["completed_requests"] == 5000
+
+
+@pytest.mark.benchmark(group="cluster")
+def test_replay_disaggregated_2p2d(benchmark):
+    kw = {"prefill_engine_args": {"engine": {"worker_type": "prefill", "kv_transfer_bytes_per_token": 131072,
+                                             "kv_transfer_bandwidth": 50}},
+          "decode_engine_args": {"engine": {"worker_type": "decode"}},
+          "num_prefill_workers": 2, "num_decode_workers": 2, "router_mode": "kv_router", "request_rate": 30.0}
+    res = benchmark.pedantic(run_synthetic_trace_replay, args=(2000, 100, 5000), kwargs=kw, rounds=3, iterations=1)
+    assert res.summary["completed_requests"] == 5000
+
+
+@pytest.mark.benchmark(group="cluster")
+def test_replay_dp4(benchmark):
+    kw = {"request_rate": 40.0, "num_workers": 2,
+          "extra_engine_args": {"engine": {"prefill_schedule_interval": 2}, "dp_size": 4}}
+    res = benchmark.pedantic(run_synthetic_trace_replay, args=(2000, 100, 5000), kwargs=kw, rounds=3, iterations=1)
+    assert res.summary["completed_requests"] == 5000
