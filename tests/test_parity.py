@@ -124,8 +124,6 @@ _FILES = scenario_files()
 KNOWN_DIVERGENT: dict[str, str] = {
     "dp_tiny_sglang_dp2": "SGLang with dp_size > 1 and chunked prefills: the reference's ranks do not "
                           "follow the shared pass clock the vLLM ranks do (open, issue 4)",
-    "pd_pressure_1p1d": "disaggregated decode pool under preemption: when the reference lets a "
-                        "transferred request in ahead of preempted ones is not pinned down (open, issue 4)",
 }
 
 

@@ -380,6 +380,8 @@ cdef class ReplayCore:
                 continue
             self.stepped[k] = 1
             (<Rank>self.ranks[k]).throttle = throttle
+            if self.disagg and w >= self.n_prefill_workers:
+                (<VllmRank>self.ranks[k]).pending_dest = self.pend_reserve[k].size() > 0
             (<Rank>self.ranks[k]).step(now)
             if (<Rank>self.ranks[k]).out.end > end:
                 end = (<Rank>self.ranks[k]).out.end
@@ -449,6 +451,9 @@ cdef class ReplayCore:
         cdef double tokens, delay
         while self.pend_reserve[k].size() > 0 and attempts > 0:
             attempts -= 1
+            if ((<Rank>self.ranks[k]).max_num_seqs > 0 and
+                    <int64_t>(<Rank>self.ranks[k]).running.size() >= (<Rank>self.ranks[k]).max_num_seqs):
+                break                       # no free sequence slot: the destination waits
             r = self.pend_reserve[k].front()
             if not (<VllmRank>self.ranks[k]).reserve_destination(r, &missing):
                 break                       # head of line waits for room

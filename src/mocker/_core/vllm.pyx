@@ -30,6 +30,9 @@ cdef class VllmRank(Rank):
         self.hold_source = engine.get("worker_type") == "prefill"
         if self.hold_source:
             self.held.resize(table.n)
+        self.decode_role = engine.get("worker_type") == "decode"
+        if self.decode_role:
+            self.worder.resize(table.n, 0)
 
     @property
     def pool_view(self):
@@ -54,7 +57,7 @@ cdef class VllmRank(Rank):
         if self.t.sched_pass[v] != self.pass_id:
             return
         self.budget += self.t.sched_used[v]
-        if self.t.sched_prompt[v] > 0:
+        if self.t.sched_prompt[v] > 0 and not self.decode_role:
             self.b_n -= 1
             self.b_isl -= self.t.sched_before[v] + self.t.sched_prompt[v]
             self.b_pre -= self.t.sched_before[v]
@@ -137,9 +140,11 @@ cdef class VllmRank(Rank):
         if prompt_tokens > 0:
             # committed when scheduled: a later preemption in this pass does not take it back
             self.out.committed_prefill += used
-            self.b_n += 1
-            self.b_isl += prompt_before + prompt_tokens
-            self.b_pre += prompt_before
+            if not self.decode_role:
+                # a decode worker's recompute after preemption is not timed as a prefill
+                self.b_n += 1
+                self.b_isl += prompt_before + prompt_tokens
+                self.b_pre += prompt_before
         if from_waiting:
             self._remove_waiting(r)
             self.running.push_back(r)
@@ -165,6 +170,30 @@ cdef class VllmRank(Rank):
         self.t.status[r] = ST_COMPLETED
         self.t.terminal_time[r] = end
         self.out_completed.push_back(r)
+
+    cdef void _insert_in_order(self, deque[rid_t]* q, rid_t r) noexcept nogil:
+        """Insert ``r`` before the first queued request with a later destination ordinal."""
+        cdef size_t i
+        for i in range(q.size()):
+            if self.worder[q[0][i]] > self.worder[r]:
+                q.insert(q.begin() + i, r)
+                return
+        q.push_back(r)
+
+    cdef void _admit_materialized(self, rid_t r, double now) noexcept nogil:
+        cdef size_t i
+        self._remove_waiting(r)
+        for i in range(self.mat.size()):
+            if self.mat[i] == r:
+                self.mat.erase(self.mat.begin() + i)
+                break
+        self.t.activated[r] = 0
+        self.t.status[r] = ST_RUNNING
+        self.t.sched_pass[r] = self.pass_id
+        self.t.sched_used[r] = 0
+        self.t.sched_prompt[r] = 0
+        self.running.push_back(r)
+        self.t.record_decode_admission(r, now)
 
     cdef void _reject(self, rid_t r) noexcept nogil:
         self.t.status[r] = ST_REJECTED
@@ -222,30 +251,24 @@ cdef class VllmRank(Rank):
                 continue
             i += 1
 
-        # (B0) disaggregated decode: requests whose prompt KV arrived by transfer hold their
-        # blocks already and compute nothing; they enter ahead of the queue and sample their
-        # first visible token in this pass
-        if self.n_activated > 0 and not self.preempted_any:
-            i = 0
-            while (i < self.waiting.size() and self.n_activated > 0 and
-                   (self.max_num_seqs <= 0 or <int64_t>self.running.size() < self.max_num_seqs)):
-                r = self.waiting[i]
-                if not self.t.activated[r]:
-                    i += 1
-                    continue
-                self.waiting.erase(self.waiting.begin() + i)
-                self.n_activated -= 1
-                self.t.activated[r] = 0
-                self.t.status[r] = ST_RUNNING
-                self.t.sched_pass[r] = self.pass_id
-                self.t.sched_used[r] = 0
-                self.t.sched_prompt[r] = 0
-                self.running.push_back(r)
-                self.t.record_decode_admission(r, now)
-
         # (B) waiting admission, strictly FIFO head-of-line
         while (not self.preempted_any and self.waiting.size() > 0 and
                (self.max_num_seqs <= 0 or <int64_t>self.running.size() < self.max_num_seqs)):
+            if self.decode_role:
+                # disaggregated decode: a request whose prompt KV arrived by transfer needs no
+                # blocks and computes nothing. While a destination waits for room, only such
+                # requests enter (in destination order); otherwise the queue is plain FIFO
+                if self.pending_dest:
+                    if self.mat.size() == 0:
+                        break
+                    r = self.mat.front()
+                else:
+                    r = self.waiting.front()
+                if self.t.activated[r]:
+                    self._admit_materialized(r, now)
+                    if self.budget == 0:
+                        break
+                    continue
             r = self.waiting.front()
             seq_len = self.t.prompt_len[r] + self.t.generated[r]
             if self.max_model_len > 0 and self.t.prompt_len[r] >= self.max_model_len:
@@ -369,6 +392,8 @@ cdef class VllmRank(Rank):
             return False
         missing_blocks[0] = total - overlap
         self.t.allocated[r] = total * bs
+        self.worder[r] = self.next_order
+        self.next_order += 1
         return True
 
     cdef void unreserve_destination(self, rid_t r) noexcept nogil:
@@ -383,9 +408,10 @@ cdef class VllmRank(Rank):
             self.pool.cache_block(self.t.blocks[r][k], self.t.hashes[r][k])
         self.t.computed[r] = self.t.prompt_len[r]
         self.t.activated[r] = 1
-        self.n_activated += 1
         self.t.status[r] = ST_WAITING
-        self.waiting.push_back(r)
+        # back into the queue at its destination ordinal (preempted requests stay ahead of later ones)
+        self._insert_in_order(&self.waiting, r)
+        self._insert_in_order(&self.mat, r)
 
     cdef void release_source(self, rid_t r) noexcept nogil:
         self.pool.release(&self.held[r])
