@@ -410,12 +410,9 @@ cdef class ReplayCore:
                         self._release(r, k, now)
                     self.pend_release[k].clear()
                 else:
-                    # every event a busy decode rank handles at its pass end (the pass end
-                    # itself, each completion, each transfer that arrived meanwhile) lets it
-                    # take one waiting destination
+                    # the pass end, and each activation applied there, lets the decode rank
+                    # take one waiting destination (a completion adds no attempt of its own)
                     n = 1 + <int64_t>self.pend_activate[k].size()
-                    if self.stepped[k]:
-                        n += <int64_t>(<Rank>self.ranks[k]).out_completed.size()
                     for r in self.pend_activate[k]:
                         (<VllmRank>self.ranks[k]).activate_destination(r)
                         self._activated(r, k, now)
@@ -528,9 +525,13 @@ cdef class ReplayCore:
         if fin:
             self.done = True
             if self.stalled_inflight > 0:
+                # (disaggregated: e.g. a decode worker whose preempted head cannot fit beside the
+                # transferred prompts queued behind it)
                 raise ReplayInvariantError(
-                    "replay invariant violated: offline replay detected an effect-free "
-                    f"zero-duration pass with {self.stalled_inflight} in-flight requests remaining")
+                    "replay invariant violated: offline "
+                    + ("disagg replay encountered" if self.disagg else "replay detected")
+                    + f" an effect-free zero-duration pass with {self.stalled_inflight} in-flight "
+                    "requests remaining")
         return fin
 
     def arrival_order(self):

@@ -270,7 +270,8 @@ def _execute(workload: Workload, config: dict, *, num_workers: int, concurrency:
 
 _PER_REQ = {"arrival_time_ms", "input_length", "requested_output_length", "status", "worker",
             "first_admit_ms", "first_token_ms", "second_token_ms", "last_token_ms",
-            "terminal_time_ms", "output_length", "reused_first", "reused_max", "admissions"}
+            "terminal_time_ms", "output_length", "reused_first", "reused_max", "reused_dec",
+            "admissions"}
 
 
 def run_trace_replay(trace_files: str | os.PathLike | Iterable, extra_engine_args: Any = None, *,
