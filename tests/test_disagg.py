@@ -134,6 +134,26 @@ def test_decode_worker_deadlock_aborts_like_the_reference(tmp_path):
         run(tmp_path, rows, decode={"num_gpu_blocks": 40})
 
 
+def test_trtllm_destination_gets_no_prefix_credit(tmp_path):
+    # the repeat finds 15 resident blocks on the decode worker; TRT-LLM reserves all 16 afresh,
+    # so destination_missing still moves 1024 tokens (vLLM: 64)
+    res = run(tmp_path, [req(0, 1000, 3, 100), req(2000, 1000, 3, 100)],
+              prefill={**XFER, "kv_transfer_timing_mode": "destination_missing", "backend": "trtllm"},
+              decode={"backend": "trtllm"})
+    assert handoff(res)[1] == (2000, 2010, 2010, 3034, 3034, 3034, 3035, 3037, 960)
+
+
+def test_trtllm_destination_waits_for_its_to_completion_room(tmp_path):
+    # 1300/100 needs 22 blocks to completion: 60 - 37 held prompt blocks leaves 23, but the tails
+    # promised to the reserved destinations (4 + 2 + 2) leave 15, so it waits until 220
+    rows = [req(0, 640, 200, 100), req(0, 641, 150, 200), req(5, 1000, 100, 300), req(6, 1300, 100, 400),
+            req(7, 200, 20, 500)]
+    res = run(tmp_path, rows, prefill={"kv_transfer_bytes_per_token": 100_000, "kv_transfer_bandwidth": 1.0,
+                                       "backend": "trtllm"},
+              decode={"num_gpu_blocks": 60, "max_num_seqs": 3, "backend": "trtllm"})
+    assert [h[2] for h in handoff(res)] == [10, 10, 20, 220, 221]
+
+
 def test_pools_in_the_summary(tmp_path):
     rows = [req(0, 1000, 5, 100), req(0, 1001, 5, 200), req(0, 1002, 5, 300), req(3, 1003, 5, 100),
             req(30, 1004, 5, 500)]

@@ -28,6 +28,7 @@ cdef class VllmRank(Rank):
     cdef int64_t next_order         # decode worker: next destination ordinal
     cdef vector[int64_t] worder     # decode worker: per request, its destination ordinal
     cdef deque[rid_t] mat           # decode worker: activated (materialized) waiting requests, in order
+    cdef vector[rid_t] dest_held    # decode worker: reserved destinations not activated yet
 
     cdef void _unschedule(self, rid_t v) noexcept nogil
     cdef rid_t _preempt_one(self) noexcept nogil
@@ -36,6 +37,8 @@ cdef class VllmRank(Rank):
     cdef void _reject(self, rid_t r) noexcept nogil
     cdef int64_t _final_len(self, rid_t r) noexcept nogil
     cdef int64_t _trt_reserved(self) noexcept nogil
+    cdef int64_t _trt_tail(self, rid_t r) noexcept nogil
+    cdef void _trt_clamp(self, rid_t r) noexcept nogil
     cdef void _finish(self, rid_t r, double end) noexcept nogil
     cdef void _insert_in_order(self, deque[rid_t]* q, rid_t r) noexcept nogil
     cdef void _admit_materialized(self, rid_t r, double now) noexcept nogil

@@ -42,15 +42,17 @@ cdef class VllmRank(Rank):
         return &self.pool.events
 
     cdef void add_request(self, rid_t r) noexcept nogil:
-        cdef int64_t cap
         if self.trtllm:
-            # guaranteed-no-evict: outputs are clamped to what the whole pool can hold
-            cap = self.num_blocks * self.bs - self.t.prompt_len[r]
-            if cap < 0:
-                cap = 0
-            if self.t.max_out[r] > cap:
-                self.t.max_out[r] = cap
+            self._trt_clamp(r)
         Rank.add_request(self, r)
+
+    cdef void _trt_clamp(self, rid_t r) noexcept nogil:
+        """Guaranteed-no-evict: outputs are clamped to what the whole pool can hold."""
+        cdef int64_t cap = self.num_blocks * self.bs - self.t.prompt_len[r]
+        if cap < 0:
+            cap = 0
+        if self.t.max_out[r] > cap:
+            self.t.max_out[r] = cap
 
     # -- helpers ----------------------------------------------------------------
     cdef void _unschedule(self, rid_t v) noexcept nogil:
@@ -204,13 +206,16 @@ cdef class VllmRank(Rank):
         return self.t.prompt_len[r] + self.t.generated[r] + self.remaining(r)
 
     cdef int64_t _trt_reserved(self) noexcept nogil:
-        cdef int64_t total = 0, need
+        cdef int64_t total = 0
         cdef rid_t r
         for r in self.running:
-            need = ceil_div(self._final_len(r), self.bs) - <int64_t>self.t.blocks[r].size()
-            if need > 0:
-                total += need
+            total += self._trt_tail(r)
         return total
+
+    cdef int64_t _trt_tail(self, rid_t r) noexcept nogil:
+        """Blocks ``r`` still needs to reach completion beyond the ones it holds."""
+        cdef int64_t need = ceil_div(self._final_len(r), self.bs) - <int64_t>self.t.blocks[r].size()
+        return need if need > 0 else 0
 
     # -- one pass -----------------------------------------------------------------
     cdef void step(self, double now) noexcept nogil:
@@ -379,8 +384,29 @@ cdef class VllmRank(Rank):
     cdef bint reserve_destination(self, rid_t r, int64_t* missing_blocks) noexcept nogil:
         """Allocate the prompt's blocks here, reusing resident prefix blocks; False if no room."""
         cdef int64_t bs = self.bs, plen = self.t.prompt_len[r]
-        cdef int64_t total = ceil_div(plen, bs), nfull, overlap = 0, active_overlap = 0
+        cdef int64_t total = ceil_div(plen, bs), nfull, overlap = 0, active_overlap = 0, avail
+        cdef rid_t h
         self.t.ensure_hashed(r)
+        if self.trtllm:
+            # guaranteed-no-evict: room for the whole to-completion footprint beside what running
+            # requests, reserved and activated destinations are promised; fresh blocks only
+            self._trt_clamp(r)
+            avail = self.num_blocks - self.pool.num_active() - self._trt_reserved()
+            for h in self.dest_held:
+                avail -= self._trt_tail(h)
+            for h in self.mat:
+                avail -= self._trt_tail(h)
+            if ceil_div(self._final_len(r), bs) > avail:
+                return False
+            self.t.blocks[r].clear()
+            if not self.pool.allocate(&self.t.blocks[r], total, self.t.hashes[r].data(), 0):
+                return False
+            missing_blocks[0] = total
+            self.t.allocated[r] = total * bs
+            self.worder[r] = self.next_order
+            self.next_order += 1
+            self.dest_held.push_back(r)
+            return True
         nfull = plen // bs
         if nfull > <int64_t>self.t.hashes[r].size():
             nfull = <int64_t>self.t.hashes[r].size()
@@ -394,6 +420,7 @@ cdef class VllmRank(Rank):
         self.t.allocated[r] = total * bs
         self.worder[r] = self.next_order
         self.next_order += 1
+        self.dest_held.push_back(r)
         return True
 
     cdef void unreserve_destination(self, rid_t r) noexcept nogil:
@@ -404,6 +431,11 @@ cdef class VllmRank(Rank):
     cdef void activate_destination(self, rid_t r) noexcept nogil:
         """The transferred prompt KV is in place: publish its blocks, queue the request for decode."""
         cdef int64_t k, nfull = self.t.prompt_len[r] // self.bs
+        cdef size_t i
+        for i in range(self.dest_held.size()):
+            if self.dest_held[i] == r:
+                self.dest_held.erase(self.dest_held.begin() + i)
+                break
         for k in range(nfull):
             self.pool.cache_block(self.t.blocks[r][k], self.t.hashes[r][k])
         self.t.computed[r] = self.t.prompt_len[r]

@@ -140,9 +140,9 @@ def _engine_configs(extra_engine_args, prefill_engine_args, decode_engine_args, 
             raise ReplayError("kv_transfer_bandwidth must be finite and non-negative")
         if e["kv_transfer_bytes_per_token"] == 0:
             raise ReplayError("kv_transfer_bytes_per_token must be positive")
-    if pe["backend"] != "vllm":
+    if pe["backend"] not in ("vllm", "trtllm"):
         raise ReplayError(f"disaggregated replay with backend {pe['backend']} is not supported by mocker "
-                          "yet (vllm only)")
+                          "yet (vllm and trtllm only)")
     return pcfg, dcfg, npw, ndw
 
 
