@@ -448,10 +448,15 @@ cdef class ReplayCore:
         cdef double tokens, delay
         while self.pend_reserve[k].size() > 0 and attempts > 0:
             attempts -= 1
+            r = self.pend_reserve[k].front()
+            # the head is retried only once capacity changed (a completion or preemption) since
+            # its last attempt
+            if (<VllmRank>self.ranks[k]).att_gen[r] == (<VllmRank>self.ranks[k]).cap_gen:
+                break
+            (<VllmRank>self.ranks[k]).att_gen[r] = (<VllmRank>self.ranks[k]).cap_gen
             if ((<Rank>self.ranks[k]).max_num_seqs > 0 and
                     <int64_t>(<Rank>self.ranks[k]).running.size() >= (<Rank>self.ranks[k]).max_num_seqs):
                 break                       # no free sequence slot: the destination waits
-            r = self.pend_reserve[k].front()
             if not (<VllmRank>self.ranks[k]).reserve_destination(r, &missing):
                 break                       # head of line waits for room
             self.pend_reserve[k].pop_front()

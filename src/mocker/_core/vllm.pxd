@@ -29,6 +29,8 @@ cdef class VllmRank(Rank):
     cdef vector[int64_t] worder     # decode worker: per request, its destination ordinal
     cdef deque[rid_t] mat           # decode worker: activated (materialized) waiting requests, in order
     cdef vector[rid_t] dest_held    # decode worker: reserved destinations not activated yet
+    cdef int64_t cap_gen            # decode worker: capacity generation (completions, preemptions)
+    cdef vector[int64_t] att_gen    # decode worker: per waiting destination, generation of its last attempt
 
     cdef void _unschedule(self, rid_t v) noexcept nogil
     cdef rid_t _preempt_one(self) noexcept nogil

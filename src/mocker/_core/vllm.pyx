@@ -33,6 +33,7 @@ cdef class VllmRank(Rank):
         self.decode_role = engine.get("worker_type") == "decode"
         if self.decode_role:
             self.worder.resize(table.n, 0)
+            self.att_gen.resize(table.n, -1)
 
     @property
     def pool_view(self):
@@ -78,6 +79,7 @@ cdef class VllmRank(Rank):
             v = self.running.back()
             self.running.pop_back()
         self.preempted_any = True
+        self.cap_gen += 1
         self._unschedule(v)
         self.pool.release(&self.t.blocks[v])
         self.t.computed[v] = 0
@@ -169,6 +171,7 @@ cdef class VllmRank(Rank):
             self.t.blocks[r].clear()
         else:
             self.pool.release(&self.t.blocks[r])
+            self.cap_gen += 1
         self.t.status[r] = ST_COMPLETED
         self.t.terminal_time[r] = end
         self.out_completed.push_back(r)

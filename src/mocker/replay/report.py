@@ -90,8 +90,8 @@ def build_summary(cols: dict, *, num_requests: int, committed_prefill: int, sim_
         s["goodput_completed_requests"] = n_good
         s["goodput_request_throughput_rps"] = n_good / duration_s
         s["goodput_output_throughput_tok_s"] = int(cols["output_length"][good].sum()) / duration_s
-    # (disaggregated: prefill-pool reuse plus decode-pool readmission reuse)
-    reused = int(cols["reused_max"][mask].sum()) + int(cols["reused_dec"][mask].sum())
+    # (disaggregated: a request's largest reuse over both pools' admissions)
+    reused = int(np.maximum(cols["reused_max"][mask], cols["reused_dec"][mask]).sum())
     reused_first = int(cols["reused_first"][mask].sum())
     s.update({
         "power_w": None,
