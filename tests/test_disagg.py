@@ -92,6 +92,68 @@ def test_decode_seat_limit_delays_admission_not_activation(tmp_path):
     assert handoff(res)[1] == (0, 10, 10, 10, 20, 10, 21, 30, 0)
 
 
+def test_activated_requests_queue_behind_a_preempted_one(tmp_path):
+    # decode pool of 40 blocks: the 642-token request is preempted at 202 (LIFO); the 900-token
+    # destination is reserved when the first request completes (260) and activated at once, but
+    # it waits behind the preempted request at the head of the queue (both enter at 310). The
+    # recompute on the decode worker takes no prefill time.
+    rows = [req(0, 640, 250, 100), req(0, 641, 300, 200), req(0, 642, 300, 300), req(100, 900, 10, 400)]
+    res = run(tmp_path, rows, decode={"num_gpu_blocks": 40})
+    assert handoff(res)[3] == (100, 110, 260, 260, 310, 260, 311, 320, 0)
+    recs = sorted(res.per_request, key=lambda r: r["arrival_time_ms"] + r["input_length"] / 1e4)
+    assert [a["at_ms"] for a in recs[2]["admission_history"]] == [0, 10, 310]
+    assert recs[2]["last_token_ms"] == 418
+    assert res.summary["committed_prefill_tokens"] == 3657
+
+
+def test_waiting_destination_lets_only_transferred_requests_in(tmp_path):
+    # while the 900-token destination waits for room (held 40, reserved 200), the preempted
+    # 842-token request is not readmitted, but the 1600-token one activated at 180 is
+    rows = [req(0, 840, 300, 100), req(0, 841, 300, 200), req(0, 842, 300, 300), req(5, 1600, 20, 400),
+            req(30, 900, 10, 500)]
+    res = run(tmp_path, rows, prefill={"kv_transfer_bytes_per_token": 100_000, "kv_transfer_bandwidth": 1.0},
+              decode={"num_gpu_blocks": 68})
+    h = handoff(res)
+    assert h[3] == (10, 20, 20, 180, 180, 180, 181, 200, 0)
+    assert h[4] == (30, 40, 200, 290, 290, 290, 291, 300, 0)
+    recs = sorted(res.per_request, key=lambda r: r["arrival_time_ms"] + r["input_length"] / 1e4)
+    assert [a["at_ms"] for a in recs[2]["admission_history"]] == [0, 95, 200]
+
+
+def test_destination_waits_for_a_sequence_slot(tmp_path):
+    rows = [req(0, 1000, 30, 100), req(15, 1001, 10, 200), req(16, 500, 10, 300)]
+    res = run(tmp_path, rows, decode={"max_num_seqs": 1})
+    assert handoff(res)[1:] == [(15, 25, 40, 40, 40, 40, 41, 50, 0), (25, 35, 40, 40, 50, 40, 51, 60, 0)]
+
+
+def test_decode_worker_deadlock_aborts_like_the_reference(tmp_path):
+    # the preempted head needs 14 blocks; the transferred 1700-token prompt behind it holds 27 of 40
+    rows = [req(0, 640, 300, 100), req(0, 641, 300, 200), req(0, 642, 300, 300), req(100, 1700, 10, 400)]
+    with pytest.raises(Exception, match="replay invariant violated: offline disagg replay encountered an "
+                                        "effect-free zero-duration pass with 2 in-flight requests remaining"):
+        run(tmp_path, rows, decode={"num_gpu_blocks": 40})
+
+
+def test_trtllm_destination_gets_no_prefix_credit(tmp_path):
+    # the repeat finds 15 resident blocks on the decode worker; TRT-LLM reserves all 16 afresh,
+    # so destination_missing still moves 1024 tokens (vLLM: 64)
+    res = run(tmp_path, [req(0, 1000, 3, 100), req(2000, 1000, 3, 100)],
+              prefill={**XFER, "kv_transfer_timing_mode": "destination_missing", "backend": "trtllm"},
+              decode={"backend": "trtllm"})
+    assert handoff(res)[1] == (2000, 2010, 2010, 3034, 3034, 3034, 3035, 3037, 960)
+
+
+def test_trtllm_destination_waits_for_its_to_completion_room(tmp_path):
+    # 1300/100 needs 22 blocks to completion: 60 - 37 held prompt blocks leaves 23, but the tails
+    # promised to the reserved destinations (4 + 2 + 2) leave 15, so it waits until 220
+    rows = [req(0, 640, 200, 100), req(0, 641, 150, 200), req(5, 1000, 100, 300), req(6, 1300, 100, 400),
+            req(7, 200, 20, 500)]
+    res = run(tmp_path, rows, prefill={"kv_transfer_bytes_per_token": 100_000, "kv_transfer_bandwidth": 1.0,
+                                       "backend": "trtllm"},
+              decode={"num_gpu_blocks": 60, "max_num_seqs": 3, "backend": "trtllm"})
+    assert [h[2] for h in handoff(res)] == [10, 10, 20, 220, 221]
+
+
 def test_pools_in_the_summary(tmp_path):
     rows = [req(0, 1000, 5, 100), req(0, 1001, 5, 200), req(0, 1002, 5, 300), req(3, 1003, 5, 100),
             req(30, 1004, 5, 500)]

@@ -122,8 +122,6 @@ _FILES = scenario_files()
 # Scenarios where mocker is known to differ from the reference (strict, so a fix shows up as
 # XPASS), with the reason.
 KNOWN_DIVERGENT: dict[str, str] = {
-    "pd_pressure_1p1d": "disaggregated decode pool under preemption: when the reference lets a "
-                        "transferred request in ahead of preempted ones is not pinned down (open, issue 4)",
 }
 
 

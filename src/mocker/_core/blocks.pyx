@@ -89,6 +89,8 @@ cdef class BlockPool:
         """Turn private copy ``s`` into a cached copy of ``h`` (appended after existing copies)."""
         cdef slot_t head, c
         cdef unordered_map[hash_t, slot_t].iterator it
+        if self.s_cached[s] and self.s_hash[s] == h:
+            return          # already a cached copy of h (e.g. a resident prefix block a destination reused)
         self.s_hash[s] = h
         if not self.caching:
             return

@@ -396,6 +396,8 @@ cdef class ReplayCore:
                 continue
             self.stepped[k] = 1
             (<Rank>self.ranks[k]).throttle = throttle
+            if self.disagg and w >= self.n_prefill_workers:
+                (<VllmRank>self.ranks[k]).pending_dest = self.pend_reserve[k].size() > 0
             (<Rank>self.ranks[k]).step(now)
             if (<Rank>self.ranks[k]).out.end > end:
                 end = (<Rank>self.ranks[k]).out.end
@@ -430,9 +432,8 @@ cdef class ReplayCore:
                         self._release(r, k, now)
                     self.pend_release[k].clear()
                 else:
-                    # every event a busy decode rank handles at its pass end (the pass end
-                    # itself, each transfer that arrived meanwhile) lets it take one waiting
-                    # destination; completions do not
+                    # the pass end, and each activation applied there, lets the decode rank
+                    # take one waiting destination (a completion adds no attempt of its own)
                     n = 1 + <int64_t>self.pend_activate[k].size()
                     for r in self.pend_activate[k]:
                         (<VllmRank>self.ranks[k]).activate_destination(r)
@@ -480,6 +481,14 @@ cdef class ReplayCore:
         while self.pend_reserve[k].size() > 0 and attempts > 0:
             attempts -= 1
             r = self.pend_reserve[k].front()
+            # the head is retried only once capacity changed (a completion or preemption) since
+            # its last attempt
+            if (<VllmRank>self.ranks[k]).att_gen[r] == (<VllmRank>self.ranks[k]).cap_gen:
+                break
+            (<VllmRank>self.ranks[k]).att_gen[r] = (<VllmRank>self.ranks[k]).cap_gen
+            if ((<Rank>self.ranks[k]).max_num_seqs > 0 and
+                    <int64_t>(<Rank>self.ranks[k]).running.size() >= (<Rank>self.ranks[k]).max_num_seqs):
+                break                       # no free sequence slot: the destination waits
             if not (<VllmRank>self.ranks[k]).reserve_destination(r, &missing):
                 break                       # head of line waits for room
             self.pend_reserve[k].pop_front()
@@ -559,13 +568,13 @@ cdef class ReplayCore:
         if fin:
             self.done = True
             if self.stalled_inflight > 0:
-                if self.disagg:
-                    raise ReplayInvariantError(
-                        "replay invariant violated: offline disagg replay encountered an effect-free "
-                        f"zero-duration pass with {self.stalled_inflight} in-flight requests remaining")
+                # (disaggregated: e.g. a decode worker whose preempted head cannot fit beside the
+                # transferred prompts queued behind it)
                 raise ReplayInvariantError(
-                    "replay invariant violated: offline replay detected an effect-free "
-                    f"zero-duration pass with {self.stalled_inflight} in-flight requests remaining")
+                    "replay invariant violated: offline "
+                    + ("disagg replay encountered" if self.disagg else "replay detected")
+                    + f" an effect-free zero-duration pass with {self.stalled_inflight} in-flight "
+                    "requests remaining")
         return fin
 
     def arrival_order(self):

@@ -68,7 +68,8 @@ cdef class ReqTable:
     cdef vector[double] source_released
     cdef vector[int64_t] out_tokens   # tokens emitted
     cdef vector[int64_t] reused_first # cached prefix tokens at first admission
-    cdef vector[int64_t] reused_max   # max cached prefix over admissions
+    cdef vector[int64_t] reused_max   # max cached prefix over admissions (disaggregated: prefill pool)
+    cdef vector[int64_t] reused_dec   # disaggregated: max cached prefix over decode-pool admissions
     cdef vector[int32_t] admissions   # admission count
     cdef vector[vector[double]] itl_buf   # inter-token gaps, folded into the report at completion
     # admission history, flat (appended in admission order)

@@ -96,6 +96,7 @@ cdef class ReqTable:
         self.out_tokens.resize(n, 0)
         self.reused_first.resize(n, 0)
         self.reused_max.resize(n, 0)
+        self.reused_dec.resize(n, 0)
         self.admissions.resize(n, 0)
         self.itl_buf.resize(n)
 
@@ -222,6 +223,10 @@ cdef class ReqTable:
             self.first_admit[r] = now
             self.reused_first[r] = reused
             self.reused_max[r] = reused
+        elif self.pool == 2:
+            # disaggregated: a decode-pool readmission's prefix hit is booked apart
+            if reused > self.reused_dec[r]:
+                self.reused_dec[r] = reused
         elif reused > self.reused_max[r]:
             self.reused_max[r] = reused
         self.admissions[r] += 1
@@ -269,6 +274,7 @@ cdef class ReqTable:
             "output_length": np.array(self.out_tokens, dtype=np.int64),
             "reused_first": np.array(self.reused_first, dtype=np.int64),
             "reused_max": np.array(self.reused_max, dtype=np.int64),
+            "reused_dec": np.array(self.reused_dec, dtype=np.int64),
             "admissions": np.array(self.admissions, dtype=np.int32),
             "adm_rid": np.array(self.adm_rid, dtype=np.int32),
             "adm_at": np.array(self.adm_at, dtype=np.float64),

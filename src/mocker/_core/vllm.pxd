@@ -1,6 +1,7 @@
 # One rank of the vLLM-style scheduler (spec core-sim §3); `trtllm` shares it (§3.9).
 cimport cython
 from libcpp.vector cimport vector
+from libcpp.deque cimport deque
 from mocker._core._types cimport int64_t, rid_t, slot_t, KvEvent
 from mocker._core.rank cimport Rank
 from mocker._core.blocks cimport BlockPool
@@ -22,7 +23,14 @@ cdef class VllmRank(Rank):
     # disaggregated roles
     cdef bint hold_source           # prefill worker: a finished request's blocks stay held
     cdef vector[vector[slot_t]] held   # per request: held source blocks (prefill worker)
-    cdef int64_t n_activated        # decode worker: transferred requests waiting for admission
+    cdef bint decode_role           # disaggregated decode worker
+    cdef bint pending_dest          # decode worker: a destination waits for room (set by the driver)
+    cdef int64_t next_order         # decode worker: next destination ordinal
+    cdef vector[int64_t] worder     # decode worker: per request, its destination ordinal
+    cdef deque[rid_t] mat           # decode worker: activated (materialized) waiting requests, in order
+    cdef vector[rid_t] dest_held    # decode worker: reserved destinations not activated yet
+    cdef int64_t cap_gen            # decode worker: capacity generation (completions, preemptions)
+    cdef vector[int64_t] att_gen    # decode worker: per waiting destination, generation of its last attempt
 
     cdef void _unschedule(self, rid_t v) noexcept nogil
     cdef rid_t _preempt_one(self) noexcept nogil
@@ -31,7 +39,11 @@ cdef class VllmRank(Rank):
     cdef void _reject(self, rid_t r) noexcept nogil
     cdef int64_t _final_len(self, rid_t r) noexcept nogil
     cdef int64_t _trt_reserved(self) noexcept nogil
+    cdef int64_t _trt_tail(self, rid_t r) noexcept nogil
+    cdef void _trt_clamp(self, rid_t r) noexcept nogil
     cdef void _finish(self, rid_t r, double end) noexcept nogil
+    cdef void _insert_in_order(self, deque[rid_t]* q, rid_t r) noexcept nogil
+    cdef void _admit_materialized(self, rid_t r, double now) noexcept nogil
     cdef bint reserve_destination(self, rid_t r, int64_t* missing_blocks) noexcept nogil
     cdef void unreserve_destination(self, rid_t r) noexcept nogil
     cdef void activate_destination(self, rid_t r) noexcept nogil

@@ -30,6 +30,10 @@ cdef class VllmRank(Rank):
         self.hold_source = engine.get("worker_type") == "prefill"
         if self.hold_source:
             self.held.resize(table.n)
+        self.decode_role = engine.get("worker_type") == "decode"
+        if self.decode_role:
+            self.worder.resize(table.n, 0)
+            self.att_gen.resize(table.n, -1)
 
     @property
     def pool_view(self):
@@ -39,22 +43,24 @@ cdef class VllmRank(Rank):
         return &self.pool.events
 
     cdef void add_request(self, rid_t r) noexcept nogil:
-        cdef int64_t cap
         if self.trtllm:
-            # guaranteed-no-evict: outputs are clamped to what the whole pool can hold
-            cap = self.num_blocks * self.bs - self.t.prompt_len[r]
-            if cap < 0:
-                cap = 0
-            if self.t.max_out[r] > cap:
-                self.t.max_out[r] = cap
+            self._trt_clamp(r)
         Rank.add_request(self, r)
+
+    cdef void _trt_clamp(self, rid_t r) noexcept nogil:
+        """Guaranteed-no-evict: outputs are clamped to what the whole pool can hold."""
+        cdef int64_t cap = self.num_blocks * self.bs - self.t.prompt_len[r]
+        if cap < 0:
+            cap = 0
+        if self.t.max_out[r] > cap:
+            self.t.max_out[r] = cap
 
     # -- helpers ----------------------------------------------------------------
     cdef void _unschedule(self, rid_t v) noexcept nogil:
         if self.t.sched_pass[v] != self.pass_id:
             return
         self.budget += self.t.sched_used[v]
-        if self.t.sched_prompt[v] > 0:
+        if self.t.sched_prompt[v] > 0 and not self.decode_role:
             self.b_n -= 1
             self.b_isl -= self.t.sched_before[v] + self.t.sched_prompt[v]
             self.b_pre -= self.t.sched_before[v]
@@ -73,6 +79,7 @@ cdef class VllmRank(Rank):
             v = self.running.back()
             self.running.pop_back()
         self.preempted_any = True
+        self.cap_gen += 1
         self._unschedule(v)
         self.pool.release(&self.t.blocks[v])
         self.t.computed[v] = 0
@@ -137,9 +144,11 @@ cdef class VllmRank(Rank):
         if prompt_tokens > 0:
             # committed when scheduled: a later preemption in this pass does not take it back
             self.out.committed_prefill += used
-            self.b_n += 1
-            self.b_isl += prompt_before + prompt_tokens
-            self.b_pre += prompt_before
+            if not self.decode_role:
+                # a decode worker's recompute after preemption is not timed as a prefill
+                self.b_n += 1
+                self.b_isl += prompt_before + prompt_tokens
+                self.b_pre += prompt_before
         if from_waiting:
             self._remove_waiting(r)
             self.running.push_back(r)
@@ -162,9 +171,34 @@ cdef class VllmRank(Rank):
             self.t.blocks[r].clear()
         else:
             self.pool.release(&self.t.blocks[r])
+            self.cap_gen += 1
         self.t.status[r] = ST_COMPLETED
         self.t.terminal_time[r] = end
         self.out_completed.push_back(r)
+
+    cdef void _insert_in_order(self, deque[rid_t]* q, rid_t r) noexcept nogil:
+        """Insert ``r`` before the first queued request with a later destination ordinal."""
+        cdef size_t i
+        for i in range(q.size()):
+            if self.worder[q[0][i]] > self.worder[r]:
+                q.insert(q.begin() + i, r)
+                return
+        q.push_back(r)
+
+    cdef void _admit_materialized(self, rid_t r, double now) noexcept nogil:
+        cdef size_t i
+        self._remove_waiting(r)
+        for i in range(self.mat.size()):
+            if self.mat[i] == r:
+                self.mat.erase(self.mat.begin() + i)
+                break
+        self.t.activated[r] = 0
+        self.t.status[r] = ST_RUNNING
+        self.t.sched_pass[r] = self.pass_id
+        self.t.sched_used[r] = 0
+        self.t.sched_prompt[r] = 0
+        self.running.push_back(r)
+        self.t.record_decode_admission(r, now)
 
     cdef void _reject(self, rid_t r) noexcept nogil:
         self.t.status[r] = ST_REJECTED
@@ -175,13 +209,16 @@ cdef class VllmRank(Rank):
         return self.t.prompt_len[r] + self.t.generated[r] + self.remaining(r)
 
     cdef int64_t _trt_reserved(self) noexcept nogil:
-        cdef int64_t total = 0, need
+        cdef int64_t total = 0
         cdef rid_t r
         for r in self.running:
-            need = ceil_div(self._final_len(r), self.bs) - <int64_t>self.t.blocks[r].size()
-            if need > 0:
-                total += need
+            total += self._trt_tail(r)
         return total
+
+    cdef int64_t _trt_tail(self, rid_t r) noexcept nogil:
+        """Blocks ``r`` still needs to reach completion beyond the ones it holds."""
+        cdef int64_t need = ceil_div(self._final_len(r), self.bs) - <int64_t>self.t.blocks[r].size()
+        return need if need > 0 else 0
 
     # -- one pass -----------------------------------------------------------------
     cdef void step(self, double now) noexcept nogil:
@@ -222,30 +259,24 @@ cdef class VllmRank(Rank):
                 continue
             i += 1
 
-        # (B0) disaggregated decode: requests whose prompt KV arrived by transfer hold their
-        # blocks already and compute nothing; they enter ahead of the queue and sample their
-        # first visible token in this pass
-        if self.n_activated > 0 and not self.preempted_any:
-            i = 0
-            while (i < self.waiting.size() and self.n_activated > 0 and
-                   (self.max_num_seqs <= 0 or <int64_t>self.running.size() < self.max_num_seqs)):
-                r = self.waiting[i]
-                if not self.t.activated[r]:
-                    i += 1
-                    continue
-                self.waiting.erase(self.waiting.begin() + i)
-                self.n_activated -= 1
-                self.t.activated[r] = 0
-                self.t.status[r] = ST_RUNNING
-                self.t.sched_pass[r] = self.pass_id
-                self.t.sched_used[r] = 0
-                self.t.sched_prompt[r] = 0
-                self.running.push_back(r)
-                self.t.record_decode_admission(r, now)
-
         # (B) waiting admission, strictly FIFO head-of-line
         while (not self.preempted_any and self.waiting.size() > 0 and
                (self.max_num_seqs <= 0 or <int64_t>self.running.size() < self.max_num_seqs)):
+            if self.decode_role:
+                # disaggregated decode: a request whose prompt KV arrived by transfer needs no
+                # blocks and computes nothing. While a destination waits for room, only such
+                # requests enter (in destination order); otherwise the queue is plain FIFO
+                if self.pending_dest:
+                    if self.mat.size() == 0:
+                        break
+                    r = self.mat.front()
+                else:
+                    r = self.waiting.front()
+                if self.t.activated[r]:
+                    self._admit_materialized(r, now)
+                    if self.budget == 0:
+                        break
+                    continue
             r = self.waiting.front()
             seq_len = self.t.prompt_len[r] + self.t.generated[r]
             if self.max_model_len > 0 and self.t.prompt_len[r] >= self.max_model_len:
@@ -356,10 +387,29 @@ cdef class VllmRank(Rank):
     cdef bint reserve_destination(self, rid_t r, int64_t* missing_blocks) noexcept nogil:
         """Allocate the prompt's blocks here, reusing resident prefix blocks; False if no room."""
         cdef int64_t bs = self.bs, plen = self.t.prompt_len[r]
-        cdef int64_t total = ceil_div(plen, bs), nfull, overlap = 0, active_overlap = 0
-        if self.max_num_seqs > 0 and <int64_t>self.running.size() >= self.max_num_seqs:
-            return False                # every decode seat is taken by a running request
+        cdef int64_t total = ceil_div(plen, bs), nfull, overlap = 0, active_overlap = 0, avail
+        cdef rid_t h
         self.t.ensure_hashed(r)
+        if self.trtllm:
+            # guaranteed-no-evict: room for the whole to-completion footprint beside what running
+            # requests, reserved and activated destinations are promised; fresh blocks only
+            self._trt_clamp(r)
+            avail = self.num_blocks - self.pool.num_active() - self._trt_reserved()
+            for h in self.dest_held:
+                avail -= self._trt_tail(h)
+            for h in self.mat:
+                avail -= self._trt_tail(h)
+            if ceil_div(self._final_len(r), bs) > avail:
+                return False
+            self.t.blocks[r].clear()
+            if not self.pool.allocate(&self.t.blocks[r], total, self.t.hashes[r].data(), 0):
+                return False
+            missing_blocks[0] = total
+            self.t.allocated[r] = total * bs
+            self.worder[r] = self.next_order
+            self.next_order += 1
+            self.dest_held.push_back(r)
+            return True
         nfull = plen // bs
         if nfull > <int64_t>self.t.hashes[r].size():
             nfull = <int64_t>self.t.hashes[r].size()
@@ -371,6 +421,9 @@ cdef class VllmRank(Rank):
             return False
         missing_blocks[0] = total - overlap
         self.t.allocated[r] = total * bs
+        self.worder[r] = self.next_order
+        self.next_order += 1
+        self.dest_held.push_back(r)
         return True
 
     cdef void unreserve_destination(self, rid_t r) noexcept nogil:
@@ -382,15 +435,21 @@ cdef class VllmRank(Rank):
         """The transferred prompt KV is in place: publish its blocks, queue the request for decode."""
         cdef int64_t k, nfull = self.t.prompt_len[r] // self.bs
         cdef slot_t s
+        cdef size_t i
+        for i in range(self.dest_held.size()):
+            if self.dest_held[i] == r:
+                self.dest_held.erase(self.dest_held.begin() + i)
+                break
         for k in range(nfull):
             s = self.t.blocks[r][k]
             if not self.pool.s_cached[s]:       # resident prefix hits are cached already
                 self.pool.cache_block(s, self.t.hashes[r][k])
         self.t.computed[r] = self.t.prompt_len[r]
         self.t.activated[r] = 1
-        self.n_activated += 1
         self.t.status[r] = ST_WAITING
-        self.waiting.push_back(r)
+        # back into the queue at its destination ordinal (preempted requests stay ahead of later ones)
+        self._insert_in_order(&self.waiting, r)
+        self._insert_in_order(&self.mat, r)
 
     cdef void release_source(self, rid_t r) noexcept nogil:
         self.pool.release(&self.held[r])

@@ -90,7 +90,8 @@ def build_summary(cols: dict, *, num_requests: int, committed_prefill: int, sim_
         s["goodput_completed_requests"] = n_good
         s["goodput_request_throughput_rps"] = n_good / duration_s
         s["goodput_output_throughput_tok_s"] = int(cols["output_length"][good].sum()) / duration_s
-    reused = int(cols["reused_max"][mask].sum())
+    # (disaggregated: a request's largest reuse over both pools' admissions)
+    reused = int(np.maximum(cols["reused_max"][mask], cols["reused_dec"][mask]).sum())
     reused_first = int(cols["reused_first"][mask].sum())
     s.update({
         "power_w": None,
@@ -222,7 +223,7 @@ def build_records(cols: dict, order: np.ndarray, session_id: list, turn_index: l
             "prefill_worker_idx": int(cols["prefill_worker"][r]) if disagg else None,
             "decode_worker_idx": w if w >= 0 else None,
             **handoff,
-            "decode_reused_input_tokens": 0 if disagg and w >= 0 else None,
+            "decode_reused_input_tokens": int(cols["reused_dec"][r]) if disagg and w >= 0 else None,
             "prefill_route_overlap_tokens": routes[0]["reported_overlap_tokens"] if disagg else None,
             "decode_route_overlap_tokens": 0 if disagg and w >= 0 else None,
             "routing_history": routes,

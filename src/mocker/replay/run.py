@@ -145,9 +145,9 @@ def _engine_configs(extra_engine_args, prefill_engine_args, decode_engine_args, 
             raise ReplayError("kv_transfer_bandwidth must be finite and non-negative")
         if e["kv_transfer_bytes_per_token"] == 0:
             raise ReplayError("kv_transfer_bytes_per_token must be positive")
-    if pe["backend"] != "vllm":
+    if pe["backend"] not in ("vllm", "trtllm"):
         raise ReplayError(f"disaggregated replay with backend {pe['backend']} is not supported by mocker "
-                          "yet (vllm only)")
+                          "yet (vllm and trtllm only)")
     return pcfg, dcfg, npw, ndw
 
 
@@ -276,7 +276,8 @@ def _execute(workload: Workload, config: dict, *, num_workers: int, concurrency:
 
 _PER_REQ = {"arrival_time_ms", "input_length", "requested_output_length", "status", "worker",
             "first_admit_ms", "first_token_ms", "second_token_ms", "last_token_ms",
-            "terminal_time_ms", "output_length", "reused_first", "reused_max", "admissions"}
+            "terminal_time_ms", "output_length", "reused_first", "reused_max", "reused_dec",
+            "admissions"}
 
 
 def run_trace_replay(trace_files: str | os.PathLike | Iterable, extra_engine_args: Any = None, *,
