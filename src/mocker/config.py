@@ -329,15 +329,25 @@ def normalize_config(config: Any = None) -> dict:
     return out
 
 
+def _is_file_arg(value: Any) -> bool:
+    """A path to a JSON file rather than inline JSON (CLI convenience)."""
+    return isinstance(value, os.PathLike) or (isinstance(value, str) and not value.lstrip().startswith("{"))
+
+
+def _read_file_arg(value: Any, what: str) -> str:
+    path = os.fspath(value)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} file {path}: {exc.strerror}") from None
+
+
 def load_config(value: Any) -> dict:
     """``value`` may be a dict, a JSON string, or a path to a JSON file (CLI convenience)."""
-    if isinstance(value, (str, os.PathLike)) and not str(value).lstrip().startswith("{"):
+    if _is_file_arg(value):
         path = os.fspath(value)
-        try:
-            with open(path, encoding="utf-8") as fh:
-                text = fh.read()
-        except OSError as exc:
-            raise ConfigError(f"cannot read engine args file {path}: {exc.strerror}") from None
+        text = _read_file_arg(value, "engine args")
         try:
             value = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -419,13 +429,8 @@ def normalize_router_config(value: Any = None) -> dict:
     if value is None:
         raw: dict = {}
     else:
-        if isinstance(value, os.PathLike) or (isinstance(value, str) and not value.lstrip().startswith("{")):
-            path = os.fspath(value)
-            try:
-                with open(path, encoding="utf-8") as fh:
-                    value = fh.read()
-            except OSError as exc:
-                raise ConfigError(f"cannot read router config file {path}: {exc.strerror}") from None
+        if _is_file_arg(value):
+            value = _read_file_arg(value, "router config")
         if isinstance(value, (str, bytes)):
             try:
                 value = json.loads(value)

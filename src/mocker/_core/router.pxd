@@ -54,6 +54,7 @@ cdef class KvRouter:
     cdef vector[double] logit
     cdef vector[double] weight
     cdef vector[int32_t] ties
+    cdef vector[uint64_t] alive          # per mask word: workers still matching the prefix
     cdef public int64_t decisions
 
     cdef int32_t route(self, rid_t r, double now) noexcept nogil

@@ -114,7 +114,6 @@ cdef class KvRouter:
 
     cdef void _overlaps(self, const hash_t* hs, int64_t n) noexcept nogil:
         """overlap[w] = leading blocks of ``hs[:n]`` that worker w holds."""
-        cdef vector[uint64_t] alive
         cdef unordered_map[hash_t, int64_t].iterator it
         cdef int64_t i, k, w, off, matched = 0
         cdef uint64_t m, gone
@@ -123,9 +122,10 @@ cdef class KvRouter:
             self.overlap[w] = 0
         if n == 0:
             return
+        cdef vector[uint64_t]* alive = &self.alive       # scratch: no allocation per decision
         alive.assign(self.words, ~(<uint64_t>0))
         if self.nw & 63:
-            alive[self.words - 1] = ((<uint64_t>1) << (self.nw & 63)) - 1
+            alive[0][self.words - 1] = ((<uint64_t>1) << (self.nw & 63)) - 1
         for i in range(n):
             it = self.cached_at.find(hs[i])
             if it == self.cached_at.end():
@@ -133,20 +133,20 @@ cdef class KvRouter:
             off = deref(it).second
             any_alive = False
             for k in range(self.words):
-                m = alive[k] & self.cached[off + k]
-                gone = alive[k] & ~m
+                m = alive[0][k] & self.cached[off + k]
+                gone = alive[0][k] & ~m
                 while gone:
                     w = k * 64 + __builtin_ctzll(gone)
                     self.overlap[w] = i
                     gone &= gone - 1
-                alive[k] = m
+                alive[0][k] = m
                 if m:
                     any_alive = True
             if not any_alive:
                 return
             matched = i + 1
         for k in range(self.words):
-            m = alive[k]
+            m = alive[0][k]
             while m:
                 w = k * 64 + __builtin_ctzll(m)
                 self.overlap[w] = matched
