@@ -1,4 +1,6 @@
 """Compiled simulation core (Cython extension modules; there is no pure-Python fallback)."""
-from mocker._core import blocks, radix, rank, replay, rng, sglang, stats, table, timing, vllm  # noqa: F401
+from mocker._core import (blocks, live, radix, rank, replay, rng, router, sglang, stats,  # noqa: F401
+                          table, timing, vllm)
 
-EXTENSION_MODULES = ("timing", "rng", "stats", "table", "blocks", "radix", "rank", "vllm", "sglang", "replay")
+EXTENSION_MODULES = ("timing", "rng", "stats", "table", "blocks", "radix", "rank", "vllm", "sglang",
+                     "router", "replay", "live")

@@ -12,6 +12,8 @@ ctypedef double ms_t        # simulated time, milliseconds
 cdef struct KvEvent:
     hash_t h
     int8_t stored        # 1 = stored, 0 = removed
+    rid_t r              # stored: the request whose block became cached (-1 = unknown / removed)
+    int32_t k            # stored: its block (page) index in that request's sequence
 
 
 cdef inline int64_t ceil_div(int64_t a, int64_t b) noexcept nogil:

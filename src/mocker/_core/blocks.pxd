@@ -2,7 +2,7 @@
 cimport cython
 from libcpp.vector cimport vector
 from libcpp.unordered_map cimport unordered_map
-from mocker._core._types cimport int8_t, int32_t, int64_t, hash_t, slot_t, KvEvent
+from mocker._core._types cimport int8_t, int32_t, int64_t, hash_t, slot_t, rid_t, KvEvent
 
 @cython.final
 cdef class BlockPool:
@@ -27,6 +27,8 @@ cdef class BlockPool:
     # KV events of the current pass (hashes), drained by the caller
     cdef bint record_events
     cdef vector[KvEvent] events      # KV events since the caller last drained them (in order)
+    cdef rid_t ev_rid                # source of the next stored event: request (set by the caller)
+    cdef int32_t ev_pos              # ... and its block index
 
     cdef inline int64_t num_active(self) noexcept nogil:
         return (self.capacity - <int64_t>self.free_slots.size()) - self.lru_len + self.reserved

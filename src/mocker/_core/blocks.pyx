@@ -76,7 +76,7 @@ cdef class BlockPool:
             else:
                 self.by_hash.erase(h)
                 if self.record_events:
-                    self.events.push_back(KvEvent(h, 0))
+                    self.events.push_back(KvEvent(h, 0, -1, -1))
         else:
             c = head
             while self.s_dup_next[c] != s:
@@ -100,7 +100,7 @@ cdef class BlockPool:
         if it == self.by_hash.end():
             self.by_hash[h] = s
             if self.record_events:
-                self.events.push_back(KvEvent(h, 1))
+                self.events.push_back(KvEvent(h, 1, self.ev_rid, self.ev_pos))
         else:
             c = deref(it).second
             while self.s_dup_next[c] >= 0:

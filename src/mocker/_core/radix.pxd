@@ -6,7 +6,7 @@ from libcpp.vector cimport vector
 from libcpp.queue cimport priority_queue
 from libcpp.pair cimport pair
 from libc.stdint cimport uint64_t
-from mocker._core._types cimport int8_t, int32_t, int64_t, hash_t, slot_t, KvEvent, prefetch_w
+from mocker._core._types cimport int8_t, int32_t, int64_t, hash_t, slot_t, rid_t, KvEvent, prefetch_w
 
 ctypedef pair[int64_t, slot_t] HeapItem     # (-stamp, -slot): the max-heap pops the oldest leaf
 
@@ -45,6 +45,8 @@ cdef class RadixCache:
     cdef int64_t evictions
     cdef bint record_events
     cdef vector[KvEvent] events      # KV events since the caller last drained them (in order)
+    cdef rid_t ev_rid                # source of the next stored event: request (set by the caller)
+    cdef int32_t ev_pos              # ... and its block index
 
     cdef int64_t tick(self) noexcept nogil
     cdef inline void prefetch(self, slot_t s) noexcept nogil:

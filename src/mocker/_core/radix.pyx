@@ -175,7 +175,7 @@ cdef class RadixCache:
             if self._indexed(s):
                 self._index_del(s)
             if self.record_events:
-                self.events.push_back(KvEvent(self.nodes[s].hash, 0))
+                self.events.push_back(KvEvent(self.nodes[s].hash, 0, -1, -1))
             p = self.parent[s]
             self.parent[s] = OFF_TREE
             self.n_tree -= 1
@@ -261,7 +261,7 @@ cdef class RadixCache:
                 self._index_put(page)
             self.nodes[parent].children += 1
         if self.record_events:
-            self.events.push_back(KvEvent(h, 1))
+            self.events.push_back(KvEvent(h, 1, self.ev_rid, self.ev_pos))
         return page
 
     # -- Python-visible views (tests, metrics) ----------------------------------

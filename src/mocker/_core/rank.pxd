@@ -1,7 +1,7 @@
 # One scheduler rank: what the replay loop and live mode drive, whatever the backend.
 from libcpp.vector cimport vector
 from libcpp.deque cimport deque
-from mocker._core._types cimport int64_t, rid_t, KvEvent
+from mocker._core._types cimport int8_t, int64_t, rid_t, KvEvent
 from mocker._core.timing cimport TimingModel
 from mocker._core.table cimport ReqTable
 
@@ -45,5 +45,12 @@ cdef class Rank:
     cdef vector[KvEvent]* kv_events(self) noexcept nogil
     cdef void restamp(self, double end) noexcept nogil
     cdef bint finish_group_pass(self, bint stepped, bint any_prefill, bint any_model) noexcept nogil
+    cdef bint abort(self, rid_t r) noexcept nogil
+    cdef void grow(self, int64_t n) noexcept nogil
+    cdef bint _unqueue(self, rid_t r) noexcept nogil
     cdef inline bint has_work(self) noexcept nogil:
         return self.waiting.size() > 0 or self.running.size() > 0
+
+
+cdef double step_group(void** ranks, int64_t n, double now, bint throttle, int8_t* stepped,
+                       bint* effect) noexcept nogil

@@ -1,9 +1,9 @@
 # cython: language_level=3
 """Backend-independent part of a scheduler rank: queues, timing model, pass outputs."""
 from libcpp.vector cimport vector
-from mocker._core._types cimport int64_t, rid_t, KvEvent
+from mocker._core._types cimport int8_t, int64_t, rid_t, KvEvent
 from mocker._core.timing cimport TIMING_FIXED, TIMING_POLYNOMIAL
-from mocker._core.table cimport ReqTable, ST_WAITING
+from mocker._core.table cimport ReqTable, ST_WAITING, ST_CANCELLED
 
 
 cdef class Rank:
@@ -104,6 +104,30 @@ cdef class Rank:
         any rank of the worker did).  Returns True if the rank's state changed."""
         return False
 
+    cdef bint abort(self, rid_t r) noexcept nogil:
+        """Drop ``r`` (queued or running) and free what it holds; False if it is not here.
+        Called between passes only (live mode cancellation)."""
+        if not self._unqueue(r):
+            return False
+        self.t.status[r] = ST_CANCELLED
+        return True
+
+    cdef bint _unqueue(self, rid_t r) noexcept nogil:
+        cdef size_t i
+        for i in range(self.waiting.size()):
+            if self.waiting[i] == r:
+                self.waiting.erase(self.waiting.begin() + i)
+                return True
+        for i in range(self.running.size()):
+            if self.running[i] == r:
+                self.running.erase(self.running.begin() + i)
+                return True
+        return False
+
+    cdef void grow(self, int64_t n) noexcept nogil:
+        """The request table grew to ``n`` rows (live mode): size per-request state."""
+        pass
+
     cdef vector[KvEvent]* kv_events(self) noexcept nogil:
         """KV events recorded since they were last drained (NULL: the rank has no cache)."""
         return NULL
@@ -131,3 +155,37 @@ cdef class Rank:
             self.step(now)
         return (self.out.end, <int64_t>self.out_emitted.size(),
                 <int64_t>self.out_completed.size(), <int64_t>self.out_rejected.size())
+
+
+cdef double step_group(void** ranks, int64_t n, double now, bint throttle, int8_t* stepped,
+                       bint* effect) noexcept nogil:
+    """One pass of a worker's ``n`` ranks sharing a pass barrier (attention data parallel):
+    every rank with work steps at ``now``; the pass ends with the slowest rank and every
+    rank's output is stamped with that end.  Returns the end; ``effect`` tells whether
+    anything changed.  Shared by the replay loop and the live engine."""
+    cdef int64_t k
+    cdef double end = now
+    cdef bint any_prefill = False, any_model = False
+    effect[0] = False
+    for k in range(n):
+        if not (<Rank>ranks[k]).has_work():
+            stepped[k] = 0
+            continue
+        stepped[k] = 1
+        (<Rank>ranks[k]).throttle = throttle
+        (<Rank>ranks[k]).step(now)
+        if (<Rank>ranks[k]).out.end > end:
+            end = (<Rank>ranks[k]).out.end
+        if (<Rank>ranks[k]).out.effect:
+            effect[0] = True
+    if n > 1:
+        for k in range(n):
+            if stepped[k]:
+                any_prefill = any_prefill or (<Rank>ranks[k]).out.prefill_work
+                any_model = any_model or (<Rank>ranks[k]).out.model_work
+        for k in range(n):
+            if stepped[k] and (<Rank>ranks[k]).out.end != end:
+                (<Rank>ranks[k]).restamp(end)
+            if (<Rank>ranks[k]).finish_group_pass(stepped[k], any_prefill, any_model):
+                effect[0] = True
+    return end

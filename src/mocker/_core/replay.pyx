@@ -16,7 +16,7 @@ from libcpp.queue cimport priority_queue
 from libcpp.pair cimport pair
 from mocker._core._types cimport rid_t, KvEvent
 from mocker._core.table cimport ReqTable, TokRun, RUN_GEN, ST_COMPLETED, ST_RUNNING, ST_FAILED
-from mocker._core.rank cimport Rank
+from mocker._core.rank cimport Rank, step_group
 from mocker._core.vllm cimport VllmRank
 from mocker._core.router cimport KvRouter
 from mocker._core.stats cimport (Welford, welford_init, welford_add, welford_mean, welford_std,
@@ -383,37 +383,17 @@ cdef class ReplayCore:
         """Every rank of worker ``w`` with work runs one pass at ``now``; the worker's pass ends
         with its slowest rank and every rank's output is stamped with that end."""
         cdef int64_t k
-        cdef double end = now
+        cdef double end
         cdef bint throttle = (self.g_n[w] > 1 and self.g_interval[w] > 1
                               and self.wave[w] % self.g_interval[w] != 0)
-        cdef bint any_prefill = False, any_model = False
-        self._effect = False
         if self.disagg:
             self.t.pool = 1 if w < self.n_prefill_workers else 2     # admissions are booked per pool
-        for k in range(self.g_first[w], self.g_first[w] + self.g_n[w]):
-            if not (<Rank>self.ranks[k]).has_work():
-                self.stepped[k] = 0
-                continue
-            self.stepped[k] = 1
-            (<Rank>self.ranks[k]).throttle = throttle
-            if self.disagg and w >= self.n_prefill_workers:
-                (<VllmRank>self.ranks[k]).pending_dest = self.pend_reserve[k].size() > 0
-            (<Rank>self.ranks[k]).step(now)
-            if (<Rank>self.ranks[k]).out.end > end:
-                end = (<Rank>self.ranks[k]).out.end
-            if (<Rank>self.ranks[k]).out.effect:
-                self._effect = True
+            if w >= self.n_prefill_workers:
+                for k in range(self.g_first[w], self.g_first[w] + self.g_n[w]):
+                    (<VllmRank>self.ranks[k]).pending_dest = self.pend_reserve[k].size() > 0
+        end = step_group(self.ranks.data() + self.g_first[w], self.g_n[w], now, throttle,
+                         self.stepped.data() + self.g_first[w], &self._effect)
         self.wave[w] += 1
-        if self.g_n[w] > 1:
-            for k in range(self.g_first[w], self.g_first[w] + self.g_n[w]):
-                if self.stepped[k]:
-                    any_prefill = any_prefill or (<Rank>self.ranks[k]).out.prefill_work
-                    any_model = any_model or (<Rank>self.ranks[k]).out.model_work
-            for k in range(self.g_first[w], self.g_first[w] + self.g_n[w]):
-                if self.stepped[k] and (<Rank>self.ranks[k]).out.end != end:
-                    (<Rank>self.ranks[k]).restamp(end)
-                if (<Rank>self.ranks[k]).finish_group_pass(self.stepped[k], any_prefill, any_model):
-                    self._effect = True
         return end
 
     cdef void _complete_worker_pass(self, int64_t w, double now) noexcept nogil:

@@ -10,9 +10,9 @@ materialized.
 from libcpp.vector cimport vector
 from libcpp.unordered_set cimport unordered_set
 from libcpp.algorithm cimport stable_sort
-from mocker._core._types cimport int64_t, rid_t, slot_t, hash_t, ceil_div, KvEvent
+from mocker._core._types cimport int32_t, int64_t, rid_t, slot_t, hash_t, ceil_div, KvEvent
 from mocker._core.timing cimport prefill_phase_ms, decode_phase_ms
-from mocker._core.table cimport ReqTable, ST_WAITING, ST_RUNNING, ST_COMPLETED, ST_REJECTED
+from mocker._core.table cimport ReqTable, ST_WAITING, ST_RUNNING, ST_COMPLETED, ST_REJECTED, ST_CANCELLED
 from mocker._core.rank cimport Rank
 from mocker._core.radix cimport RadixCache
 
@@ -92,6 +92,8 @@ cdef class SglangRank(Rank):
             if i + 8 < upto:
                 self.cache.prefetch(self.t.blocks[r][i + 8])
             parent = self.t.blocks[r][i - 1] if i > 0 else -1
+            self.cache.ev_rid = r
+            self.cache.ev_pos = <int32_t>i
             self.t.blocks[r][i] = self.cache.insert_page(self.t.blocks[r][i], self.t.block_hash(r, i),
                                                          parent, stamp)
         self.ins[r] = upto
@@ -110,6 +112,18 @@ cdef class SglangRank(Rank):
         self.t.blocks[r].clear()
         self.ins[r] = 0
         self.t.allocated[r] = 0
+
+    cdef bint abort(self, rid_t r) noexcept nogil:
+        if not self._unqueue(r):
+            return False
+        if self.t.blocks[r].size() > 0 or self.ins[r] > 0:
+            self._release(r)                         # materialized pages stay cached
+        self.t.status[r] = ST_CANCELLED
+        return True
+
+    cdef void grow(self, int64_t n) noexcept nogil:
+        self.ins.resize(n, 0)
+        self.touch.resize(n, 0)
 
     cdef void _finish(self, rid_t r, double end) noexcept nogil:
         self._release(r)

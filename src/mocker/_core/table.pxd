@@ -12,6 +12,7 @@ cdef enum ReqStatus:
     ST_REJECTED = 4    # terminal: rejected
     ST_UNFINISHED = 5  # run stopped before it became terminal
     ST_FAILED = 6      # terminal: disaggregated handoff impossible (prompt larger than a decode pool)
+    ST_CANCELLED = 7   # terminal: cancelled by its client (live mode)
 
 cdef enum RunKind:
     RUN_CONST = 0      # `n` tokens all equal to `v`
@@ -80,6 +81,7 @@ cdef class ReqTable:
     cdef int8_t pool                  # pool of the admissions being recorded (set by the driver)
 
     cdef void resize(self, int64_t n) noexcept nogil
+    cdef void reset(self, rid_t r) noexcept nogil
     cdef void set_prompt_runs(self, rid_t r, const TokRun* runs, int64_t nruns) noexcept nogil
     cdef void ensure_hashed(self, rid_t r) noexcept nogil
     cdef hash_t block_hash(self, rid_t r, int64_t k) noexcept nogil

@@ -100,6 +100,52 @@ cdef class ReqTable:
         self.admissions.resize(n, 0)
         self.itl_buf.resize(n)
 
+    cdef void reset(self, rid_t r) noexcept nogil:
+        """Return slot ``r`` to the state of a freshly added row (live mode reuses slots)."""
+        self.arrival[r] = NAN
+        self.prompt_len[r] = 0
+        self.req_out[r] = 0
+        self.max_out[r] = 0
+        self.status[r] = ST_PENDING
+        self.generated[r] = 0
+        self.computed[r] = 0
+        self.allocated[r] = 0
+        self.worker[r] = -1
+        self.prefill_worker[r] = -1
+        self.activated[r] = 0
+        self.prefill_admit[r] = NAN
+        self.source_held[r] = NAN
+        self.dest_reserved[r] = NAN
+        self.dest_activated[r] = NAN
+        self.decode_admit[r] = NAN
+        self.source_released[r] = NAN
+        self.blocks[r].clear()
+        self.blocks[r].shrink_to_fit()
+        self.hashes[r].clear()
+        self.hashes[r].shrink_to_fit()
+        self.tail[r].clear()
+        self.tail[r].shrink_to_fit()
+        self.prompt[r].clear()
+        self.prompt[r].shrink_to_fit()
+        self.hashed[r] = 0
+        self.sched_pass[r] = -1
+        self.sched_used[r] = 0
+        self.sched_prompt[r] = 0
+        self.sched_before[r] = 0
+        self.reserved_blocks[r] = 0
+        self.first_admit[r] = NAN
+        self.first_token[r] = NAN
+        self.second_token[r] = NAN
+        self.last_token[r] = NAN
+        self.terminal_time[r] = NAN
+        self.out_tokens[r] = 0
+        self.reused_first[r] = 0
+        self.reused_max[r] = 0
+        self.reused_dec[r] = 0
+        self.admissions[r] = 0
+        self.itl_buf[r].clear()
+        self.itl_buf[r].shrink_to_fit()
+
     cdef void set_prompt_runs(self, rid_t r, const TokRun* runs, int64_t nruns) noexcept nogil:
         """Describe the prompt of ``r`` by ``runs``; hashing waits until it is first needed."""
         cdef int64_t i, total = 0

@@ -6,9 +6,9 @@ ones under the token budget, allocates blocks (preempting on failure), times the
 pass and emits one token per ready request, all stamped with the pass end.
 """
 from libcpp.vector cimport vector
-from mocker._core._types cimport int64_t, rid_t, slot_t, hash_t, ceil_div, KvEvent
+from mocker._core._types cimport int32_t, int64_t, rid_t, slot_t, hash_t, ceil_div, KvEvent
 from mocker._core.timing cimport prefill_phase_ms, decode_phase_ms
-from mocker._core.table cimport ReqTable, ST_WAITING, ST_RUNNING, ST_COMPLETED, ST_REJECTED
+from mocker._core.table cimport ReqTable, ST_WAITING, ST_RUNNING, ST_COMPLETED, ST_REJECTED, ST_CANCELLED
 from mocker._core.blocks cimport BlockPool
 from mocker._core.rank cimport Rank
 
@@ -41,6 +41,23 @@ cdef class VllmRank(Rank):
 
     cdef vector[KvEvent]* kv_events(self) noexcept nogil:
         return &self.pool.events
+
+    cdef bint abort(self, rid_t r) noexcept nogil:
+        if not self._unqueue(r):
+            return False
+        if self.t.blocks[r].size() > 0:
+            self.pool.release(&self.t.blocks[r])     # full blocks stay cached, like a completion
+            self.cap_gen += 1
+        self.t.allocated[r] = 0
+        self.t.status[r] = ST_CANCELLED
+        return True
+
+    cdef void grow(self, int64_t n) noexcept nogil:
+        if self.hold_source:
+            self.held.resize(n)
+        if self.decode_role:
+            self.worder.resize(n, 0)
+            self.att_gen.resize(n, -1)
 
     cdef void add_request(self, rid_t r) noexcept nogil:
         if self.trtllm:
@@ -134,6 +151,8 @@ cdef class VllmRank(Rank):
             return BLOCKED
         # blocks that just became full are published to the prefix cache now
         for k in range(before // bs, after // bs):
+            self.pool.ev_rid = r
+            self.pool.ev_pos = <int32_t>k
             self.pool.cache_block(self.t.blocks[r][k], self.t.block_hash(r, k))
         prompt_tokens = (after if after < plen else plen) - prompt_before
         self.t.sched_pass[r] = self.pass_id
@@ -443,6 +462,8 @@ cdef class VllmRank(Rank):
         for k in range(nfull):
             s = self.t.blocks[r][k]
             if not self.pool.s_cached[s]:       # resident prefix hits are cached already
+                self.pool.ev_rid = r
+                self.pool.ev_pos = <int32_t>k
                 self.pool.cache_block(s, self.t.hashes[r][k])
         self.t.computed[r] = self.t.prompt_len[r]
         self.t.activated[r] = 1
