@@ -1,0 +1,450 @@
+"""Pure output shaping for the execution context and the backend example (spec live §2, §6).
+
+Everything here is engine-independent and deterministic given its inputs (random tokens come
+from an injectable ``random.Random``):
+
+- token choice per output signal (§2.3): planned token, reasoning boundaries, random filler;
+- reasoning configuration and ``num_thinking_tokens`` (§2.6);
+- the token / terminal chunks of the execution context (§2.3, §2.4);
+- synthetic logprobs and the health-check payload of the backend example (§6);
+- native SGLang passthrough: ``extra_args.sglang_tito`` parsing and ``engine_data`` (§2.9).
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from mocker.config import ConfigError
+from mocker.live.outputs import (U32_MAX, CompletionUsage, FinishReason, LLMEngineOutput,
+                                 TopLogprob)
+
+__all__ = [
+    "RANDOM_TOKEN_LOW", "RANDOM_TOKEN_HIGH", "random_token",
+    "ReasoningConfig", "num_thinking_tokens", "TokenShaper",
+    "PREFILL_DISAGGREGATED_PARAMS", "token_chunk", "length_terminal",
+    "MAX_LOGPROBS", "clamp_logprobs", "synthetic_logprobs", "stamp_synthetic_logprobs",
+    "HEALTH_CHECK_KEY", "health_check_payload",
+    "InvalidArgument", "SGLANG_TITO_KEY", "MAX_TOP_LOGPROBS", "SglangLogprobOptions",
+    "SglangResponseMetadata", "parse_sglang_tito", "sglang_finish_reason",
+    "adapt_sglang_output",
+]
+
+# -- token choice (§2.3) ------------------------------------------------------------------
+
+RANDOM_TOKEN_LOW = 1000          # random filler tokens are uniform in [LOW, HIGH)
+RANDOM_TOKEN_HIGH = 2000
+
+
+def random_token(rng: random.Random) -> int:
+    return rng.randrange(RANDOM_TOKEN_LOW, RANDOM_TOKEN_HIGH)
+
+
+def _type_name(v: Any) -> str:
+    """serde's description of an unexpected JSON value."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return f"boolean `{str(v).lower()}`"
+    if isinstance(v, int):
+        return f"integer `{v}`"
+    if isinstance(v, float):
+        return f"floating point `{v!r}`"
+    if isinstance(v, str):
+        return f"string {json.dumps(v)}"
+    if isinstance(v, Mapping):
+        return "map"
+    return "sequence"
+
+
+def num_thinking_tokens(osl: int, ratio: float) -> int:
+    """Thinking tokens (boundaries included) for an output of ``osl`` tokens.
+
+    0 when ``osl < 2`` or ``floor(osl * ratio) == 0``; otherwise that floor clamped to
+    ``[2, osl]``.  Computed from the uncapped ``max_output_tokens``.
+    """
+    if osl < 2:
+        return 0
+    product = float(osl) * float(ratio)
+    if not product >= 1.0:               # also NaN (Rust's `as usize` turns NaN into 0)
+        return 0
+    raw = osl if product >= osl else math.floor(product)   # `as usize` saturates (inf too)
+    return max(2, min(raw, osl))
+
+
+_REASONING_FIELDS = ("start_thinking_token_id", "end_thinking_token_id", "thinking_ratio")
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningConfig:
+    """Wrap the first part of every unplanned response in thinking boundary tokens.
+
+    Output shape: ``[start, random..., end, random...]`` where ``end`` sits at position
+    ``num_thinking_tokens(max_output_tokens) - 1``.
+    """
+    start_thinking_token_id: int
+    end_thinking_token_id: int
+    thinking_ratio: float
+
+    def __post_init__(self) -> None:
+        for name in ("start_thinking_token_id", "end_thinking_token_id"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ConfigError(f"reasoning.{name}: invalid type: {_type_name(v)}, "
+                                  "expected u32")
+            if not 0 <= v <= U32_MAX:
+                raise ConfigError(f"reasoning.{name}: invalid value: integer `{v}`, "
+                                  "expected u32")
+        r = self.thinking_ratio
+        if isinstance(r, bool) or not isinstance(r, (int, float)):
+            raise ConfigError(f"reasoning.thinking_ratio: invalid type: {_type_name(r)}, "
+                              "expected f64")
+        if not 0.0 <= r <= 1.0:          # NaN fails too
+            raise ConfigError(f"reasoning.thinking_ratio: must be between 0.0 and 1.0, got {r}")
+        object.__setattr__(self, "thinking_ratio", float(r))
+
+    @classmethod
+    def from_dict(cls, value: Any) -> ReasoningConfig:
+        """Parse the ``reasoning`` JSON object; errors name the offending field."""
+        if isinstance(value, ReasoningConfig):
+            return value
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"reasoning: invalid type: {_type_name(value)}, "
+                              "expected struct ReasoningConfig")
+        for k in value:
+            if k not in _REASONING_FIELDS:
+                raise ConfigError(f"reasoning.{k}: unknown field `{k}`, expected one of "
+                                  + ", ".join(f"`{f}`" for f in _REASONING_FIELDS))
+        for k in _REASONING_FIELDS:
+            if k not in value:
+                raise ConfigError(f"reasoning: missing field `{k}`")
+        return cls(value["start_thinking_token_id"], value["end_thinking_token_id"],
+                   value["thinking_ratio"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"start_thinking_token_id": self.start_thinking_token_id,
+                "end_thinking_token_id": self.end_thinking_token_id,
+                "thinking_ratio": self.thinking_ratio}
+
+    def num_thinking_tokens(self, max_output_tokens: int) -> int:
+        return num_thinking_tokens(max_output_tokens, self.thinking_ratio)
+
+
+class TokenShaper:
+    """Chooses the token id of each output signal of one request (§2.3).
+
+    - a planned request (replay table hit) emits the signal's token, or a random one when the
+      signal carries none;
+    - otherwise, with reasoning, token 0 is the start id and token ``think_len - 1`` the end id;
+    - every other token is uniform in ``[1000, 2000)``.
+
+    With ``effective_max == 0`` (the SGLang zero-output request) every chunk is empty and
+    ``token_count`` stays 0.  ``max_output_tokens`` is the uncapped budget that sizes the
+    thinking block; ``effective_max`` is the budget after ``max_model_len``.
+    """
+
+    __slots__ = ("effective_max", "planned", "think_len", "token_count", "_start", "_end",
+                 "_rng")
+
+    def __init__(self, *, max_output_tokens: int, effective_max: int, planned: bool = False,
+                 reasoning: ReasoningConfig | None = None,
+                 rng: random.Random | None = None):
+        self.effective_max = effective_max
+        self.planned = planned
+        self.think_len = (reasoning.num_thinking_tokens(max_output_tokens)
+                          if reasoning is not None and not planned else 0)
+        self._start = reasoning.start_thinking_token_id if reasoning is not None else 0
+        self._end = reasoning.end_thinking_token_id if reasoning is not None else 0
+        self._rng = rng if rng is not None else random.Random()
+        self.token_count = 0
+
+    def next_token_ids(self, signal_token_id: int | None = None) -> list[int]:
+        """The token list of the chunk for the next output signal."""
+        if self.effective_max <= 0:
+            return []
+        n = self.token_count
+        if self.planned:
+            token = signal_token_id if signal_token_id is not None else random_token(self._rng)
+        elif self.think_len > 0 and n == 0:
+            token = self._start
+        elif self.think_len > 0 and n == self.think_len - 1:
+            token = self._end
+        else:
+            token = random_token(self._rng)
+        self.token_count = n + 1
+        return [token]
+
+    @property
+    def completed_early(self) -> bool:
+        """True if a completion now would be premature (``token_count < effective_max``)."""
+        return self.token_count < self.effective_max
+
+
+# -- execution-context chunks (§2.3, §2.4) ------------------------------------------------
+
+PREFILL_DISAGGREGATED_PARAMS = "dummy"   # the JSON string a prefill worker stamps on tokens
+
+
+def token_chunk(token_ids: list[int], *, is_prefill: bool, prompt_tokens: int,
+                token_count: int, cached_tokens: int | None) -> LLMEngineOutput:
+    """A token chunk.  Usage rides only on the signal that carried the admission cache hit."""
+    return LLMEngineOutput(
+        token_ids=token_ids,
+        disaggregated_params=PREFILL_DISAGGREGATED_PARAMS if is_prefill else None,
+        completion_usage=(None if cached_tokens is None
+                          else CompletionUsage.of(prompt_tokens, token_count, cached_tokens)))
+
+
+def length_terminal(*, prompt_tokens: int, token_count: int,
+                    cached_prefix: int | None) -> LLMEngineOutput:
+    """The normal terminal: ``length()`` with cumulative usage if a cache hit was ever seen."""
+    out = LLMEngineOutput.length()
+    if cached_prefix is not None:
+        out.completion_usage = CompletionUsage.of(prompt_tokens, token_count, cached_prefix)
+    return out
+
+
+# -- backend example: synthetic logprobs, health check (§6) -------------------------------
+
+MAX_LOGPROBS = 20
+
+
+def clamp_logprobs(requested: int | None) -> int | None:
+    """``output_options.logprobs`` (u32) -> the top-k actually produced (at most 20)."""
+    if requested is None:
+        return None
+    if isinstance(requested, bool) or not isinstance(requested, int):
+        raise TypeError(f"logprobs must be an int or None, got {type(requested).__name__}")
+    if requested < 0:
+        raise ValueError(f"logprobs must be >= 0, got {requested}")
+    return min(requested, MAX_LOGPROBS)
+
+
+def synthetic_logprobs(token_id: int, top_k: int
+                       ) -> tuple[list[float], list[list[TopLogprob]] | None]:
+    """Deterministic logprobs of one token: ``lp = -0.1 * (token_id % 10)``.
+
+    With ``top_k >= 1`` the top list holds the token itself (rank 1) followed by ``top_k``
+    alternatives ``(token_id + r) % 32000`` with ``lp - 0.1*r`` (ranks 2..top_k+1).
+    """
+    lp = -0.1 * float(token_id % 10)
+    if top_k <= 0:
+        return [lp], None
+    entries = [TopLogprob(1, token_id, f"token_id:{token_id}", lp)]
+    for r in range(1, top_k + 1):
+        alt = ((token_id + r) & U32_MAX) % 32000   # u32 arithmetic, as the reference
+        entries.append(TopLogprob(r + 1, alt, f"token_id:{alt}", lp - 0.1 * float(r)))
+    return [lp], [entries]
+
+
+def stamp_synthetic_logprobs(output: LLMEngineOutput, token_id: int,
+                             requested: int | None) -> LLMEngineOutput:
+    """Set ``log_probs``/``top_logprobs`` for ``requested`` logprobs (None: leave both unset;
+    0: ``log_probs`` only; k: k+1 ranked entries, k clamped to 20).  Returns ``output``."""
+    top_k = clamp_logprobs(requested)
+    if top_k is None:
+        return output
+    output.log_probs, top = synthetic_logprobs(token_id, top_k)
+    if top is not None:
+        output.top_logprobs = top
+    return output
+
+
+HEALTH_CHECK_KEY = "_HEALTH_CHECK"
+
+
+def health_check_payload(decode_mode: bool) -> dict[str, Any]:
+    """The canary request; decode mode adds an empty ``prefill_result`` (its precondition)."""
+    payload: dict[str, Any] = {
+        "token_ids": [1],
+        "stop_conditions": {"max_tokens": 1, "ignore_eos": True},
+        "sampling_options": {"temperature": 0.0},
+    }
+    if decode_mode:
+        payload["prefill_result"] = {"disaggregated_params": {}}
+    payload[HEALTH_CHECK_KEY] = True
+    return payload
+
+
+# -- native SGLang passthrough (§2.9) -----------------------------------------------------
+
+SGLANG_TITO_KEY = "sglang_tito"
+MAX_TOP_LOGPROBS = 20
+_I64_MIN, _I64_MAX = -2 ** 63, 2 ** 63 - 1
+
+
+class InvalidArgument(ValueError):
+    """A request the engine refuses because of one of its arguments."""
+
+
+@dataclass(frozen=True, slots=True)
+class SglangLogprobOptions:
+    return_logprob: bool = False
+    top_logprobs_num: int = 0
+    prompt_start: int | None = None      # None is SGLang's -1: no prompt logprobs
+
+    @classmethod
+    def from_controls(cls, return_logprob: bool, top_logprobs_num: int,
+                      logprob_start_len: int) -> SglangLogprobOptions:
+        if not 0 <= top_logprobs_num <= MAX_TOP_LOGPROBS:
+            raise InvalidArgument(f"top_logprobs_num must be between 0 and {MAX_TOP_LOGPROBS}")
+        if logprob_start_len < -1:
+            raise InvalidArgument("logprob_start_len must be -1 or greater")
+        return cls(bool(return_logprob), top_logprobs_num,
+                   logprob_start_len if logprob_start_len >= 0 else None)
+
+
+def _selected_logprob(token_id: int) -> float:
+    return -0.1 * float((token_id % 10) + 1)
+
+
+def _logprob_entry(token_id: int) -> list[Any]:
+    return [_selected_logprob(token_id), token_id, None]
+
+
+def _top_logprob_entries(token_id: int, count: int) -> list[list[Any]]:
+    out = []
+    for offset in range(count):
+        candidate = min(token_id + offset, U32_MAX)          # u32 saturating_add
+        out.append([_selected_logprob(candidate) - float(offset) * 0.01, candidate, None])
+    return out
+
+
+class SglangResponseMetadata:
+    """Per-request state for wrapping chunks in native SGLang ``/generate`` responses."""
+
+    __slots__ = ("request_id", "prompt_tokens", "prompt_logprob_tokens", "logprob_options")
+
+    def __init__(self, request_id: str, prompt_token_ids: Sequence[int],
+                 logprob_options: SglangLogprobOptions | None = None):
+        opts = logprob_options if logprob_options is not None else SglangLogprobOptions()
+        self.request_id = request_id
+        self.prompt_tokens = len(prompt_token_ids)
+        self.logprob_options = opts
+        # the requested prompt slice, kept only when prompt logprobs are wanted
+        self.prompt_logprob_tokens: list[int] | None = None
+        if opts.return_logprob and opts.prompt_start is not None:
+            start = min(opts.prompt_start, len(prompt_token_ids))
+            self.prompt_logprob_tokens = list(prompt_token_ids[start:])
+
+    def meta_info(self, output_ids: Sequence[int], completion_tokens: int,
+                  finish_reason: dict[str, Any] | None) -> dict[str, Any]:
+        meta: dict[str, Any] = {
+            "id": self.request_id,
+            "finish_reason": finish_reason,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": completion_tokens,
+        }
+        opts = self.logprob_options
+        if opts.return_logprob:
+            meta["output_token_logprobs"] = [_logprob_entry(t) for t in output_ids]
+            if opts.top_logprobs_num > 0:
+                meta["output_top_logprobs"] = [_top_logprob_entries(t, opts.top_logprobs_num)
+                                               for t in output_ids]
+            if finish_reason is not None:                  # prompt logprobs: terminal only
+                self._insert_prompt_logprobs(meta)
+        return meta
+
+    def _insert_prompt_logprobs(self, meta: dict[str, Any]) -> None:
+        prompt = self.prompt_logprob_tokens
+        if prompt is None:
+            return
+        k = self.logprob_options.top_logprobs_num
+        token_lps: list[Any] = []
+        top_lps: list[Any] = []
+        if prompt:
+            # the first prompt token keeps its id but has no logprob (nothing predicts it)
+            token_lps.append([None, prompt[0], None])
+            token_lps.extend(_logprob_entry(t) for t in prompt[1:])
+            if k > 0:
+                top_lps.append(None)
+                top_lps.extend(_top_logprob_entries(t, k) for t in prompt[1:])
+        meta["input_token_logprobs"] = token_lps
+        if k > 0:
+            meta["input_top_logprobs"] = top_lps
+
+    def response(self, output_ids: Sequence[int], completion_tokens: int,
+                 finish_reason: dict[str, Any] | None) -> dict[str, Any]:
+        return {"output_ids": list(output_ids),
+                "meta_info": self.meta_info(output_ids, completion_tokens, finish_reason)}
+
+
+def _control(value: Any, kind: str) -> Any:
+    if value is None:
+        return None
+    if kind == "string":
+        if isinstance(value, str):
+            return value
+        raise ValueError(f"invalid type: {_type_name(value)}, expected a string")
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        raise ValueError(f"invalid type: {_type_name(value)}, expected a boolean")
+    # i64
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"invalid type: {_type_name(value)}, expected i64")
+    if not _I64_MIN <= value <= _I64_MAX:
+        raise ValueError(f"invalid value: integer `{value}`, expected i64")
+    return value
+
+
+def parse_sglang_tito(extra_args: Any, fallback_request_id: str,
+                      prompt_token_ids: Sequence[int]) -> SglangResponseMetadata | None:
+    """Response metadata of a native SGLang request, or None for an ordinary request.
+
+    A request is native when ``extra_args`` is an object holding ``sglang_tito``.  The
+    payload's known controls are ``rid``, ``return_logprob``, ``top_logprobs_num`` and
+    ``logprob_start_len`` (null -> the defaults None/False/0/-1); others are ignored.
+    A malformed payload raises :class:`InvalidArgument`.  Without ``rid`` the response
+    uses ``fallback_request_id`` (the context id).
+    """
+    if not isinstance(extra_args, Mapping) or SGLANG_TITO_KEY not in extra_args:
+        return None
+    payload = extra_args[SGLANG_TITO_KEY]
+    if not isinstance(payload, Mapping):
+        raise InvalidArgument(f"invalid extra_args.{SGLANG_TITO_KEY}: invalid type: "
+                              f"{_type_name(payload)}, expected struct NativeControls")
+    try:
+        rid = _control(payload.get("rid"), "string")
+        return_logprob = _control(payload.get("return_logprob"), "bool")
+        top_n = _control(payload.get("top_logprobs_num"), "i64")
+        start = _control(payload.get("logprob_start_len"), "i64")
+    except ValueError as exc:
+        raise InvalidArgument(f"invalid extra_args.{SGLANG_TITO_KEY}: {exc}") from None
+    options = SglangLogprobOptions.from_controls(
+        bool(return_logprob) if return_logprob is not None else False,
+        top_n if top_n is not None else 0,
+        start if start is not None else -1)
+    return SglangResponseMetadata(rid if rid is not None else fallback_request_id,
+                                  prompt_token_ids, options)
+
+
+def sglang_finish_reason(reason: FinishReason | None,
+                         error_message: str | None = None) -> dict[str, Any] | None:
+    """The native ``meta_info.finish_reason`` of a canonical finish reason."""
+    if reason is None:
+        return None
+    if reason is FinishReason.LENGTH:
+        return {"type": "length"}
+    if reason in (FinishReason.STOP, FinishReason.EOS):
+        return {"type": "stop"}
+    if reason is FinishReason.CANCELLED:
+        return {"type": "abort", "message": "request was cancelled"}
+    if reason is FinishReason.ERROR:
+        return {"type": "abort", "message": error_message if error_message is not None else ""}
+    return {"type": "abort", "message": "generation stopped by content filter"}
+
+
+def adapt_sglang_output(metadata: SglangResponseMetadata, output: LLMEngineOutput,
+                        completion_tokens: int) -> LLMEngineOutput:
+    """Wrap one canonical chunk: sets ``engine_data = {"sglang_response": ...}``.
+
+    ``completion_tokens`` is cumulative (tokens generated so far).  Returns ``output``.
+    """
+    response = metadata.response(
+        output.token_ids, completion_tokens,
+        sglang_finish_reason(output.finish_reason, output.error_message))
+    output.engine_data = {"sglang_response": response}
+    return output
