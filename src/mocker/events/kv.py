@@ -6,7 +6,40 @@ names follow vLLM's ``vllm/distributed/kv_events.py`` so the ZMQ encoder maps th
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from typing import Protocol, Union
+
+
+class StorageTier(Enum):
+    """Where a cached block lives.  The value is the vLLM ``medium`` string (None = device)."""
+    DEVICE = None
+    HOST_PINNED = "CPU_PINNED"
+    DISK = "DISK"
+    EXTERNAL = "EXTERNAL"
+
+
+# Accepted spellings (case-insensitive), as Dynamo's decoder accepts them (spec live §4.1).
+_TIER_ALIASES: dict[str, StorageTier] = {
+    **dict.fromkeys(("GPU", "DEVICE"), StorageTier.DEVICE),
+    **dict.fromkeys(("CPU", "CPU_PINNED", "CPU_TIER1"), StorageTier.HOST_PINNED),
+    **dict.fromkeys(("CPU_TIER2", "DISK", "NVME", "STORAGE"), StorageTier.DISK),
+    **dict.fromkeys(("EXTERNAL", "NETWORK", "REMOTE", "SHARED"), StorageTier.EXTERNAL),
+}
+
+
+def parse_storage_tier(medium: "str | StorageTier | None") -> StorageTier:
+    """Map a ``medium`` value (None, a tier, or any accepted alias) to its tier.
+
+    Raises ``ValueError`` naming the value for an unknown spelling.
+    """
+    if medium is None:
+        return StorageTier.DEVICE
+    if isinstance(medium, StorageTier):
+        return medium
+    tier = _TIER_ALIASES.get(medium.strip().upper())
+    if tier is None:
+        raise ValueError(f"unknown KV storage tier {medium!r} (expected one of {sorted(_TIER_ALIASES)})")
+    return tier
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,14 +49,14 @@ class BlockStored:
     parent_block_hash: int | None      # hash of the block before the first one (None: sequence start)
     token_ids: tuple[int, ...]         # flattened token ids, len == len(block_hashes) * block_size
     block_size: int
-    medium: str | None = None          # storage tier; None = device (GPU)
+    medium: str | None = None          # storage tier (see StorageTier / parse_storage_tier); None = device (GPU)
 
 
 @dataclass(frozen=True, slots=True)
 class BlockRemoved:
     """Blocks left the cache (their last copy was evicted)."""
     block_hashes: tuple[int, ...]
-    medium: str | None = None
+    medium: str | None = None          # as BlockStored.medium
 
 
 @dataclass(frozen=True, slots=True)
