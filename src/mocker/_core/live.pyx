@@ -59,6 +59,7 @@ cdef class LiveCore:
         cdef int64_t i, n = tok.shape[0], grow_to
         cdef vector[TokRun] runs
         cdef TokRun tr
+        cdef Rank rk
         if self.free_rids.size() > 0:
             r = self.free_rids.back()
             self.free_rids.pop_back()
@@ -90,8 +91,18 @@ cdef class LiveCore:
         self.t.max_out[r] = max_output_tokens
         self.t.arrival[r] = arrival_ms
         self.t.worker[r] = <int32_t>rank
-        (<Rank>self.ranks[rank]).add_request(r)
+        rk = <Rank>self.ranks[rank]
+        if isinstance(rk, SglangRank) and (self.t.prompt_len[r] + rk.bs - 1) // rk.bs > rk.num_blocks:
+            # the prompt can never fit the page pool: the offline replay stops on this (as the
+            # reference does); a live engine refuses the request instead
+            self.t.status[r] = ST_REJECTED
+            return r
+        rk.add_request(r)
         return r
+
+    def rejected(self, rid_t r):
+        """True if ``r`` was refused at submission (it never entered a rank)."""
+        return self.t.status[r] == ST_REJECTED
 
     def cancel(self, rid_t r):
         """Drop a queued or running request and free its KV; False if it is not in the core
@@ -236,6 +247,13 @@ cdef class LiveCore:
         for i in range(n):
             o[i] = <int64_t>(gen_token(<uint64_t>r, g0 + i) & 0x7FFFFFFFULL)
         return out
+
+    def cached_hashes(self, int64_t rank):
+        """The set of block hashes rank ``rank`` holds in its prefix cache."""
+        rk = self._ranks[rank]
+        if isinstance(rk, VllmRank):
+            return (<VllmRank>rk).pool.cached_hashes()
+        return (<SglangRank>rk).cache.cached_hashes()
 
     # -- metrics -------------------------------------------------------------------
     def rank_metrics(self, int64_t rank):

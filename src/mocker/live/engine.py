@@ -1,0 +1,744 @@
+"""LiveEngine: the compiled core on the wall clock (spec live §1).
+
+One asyncio task — the pass loop — owns the core.  Between passes it applies queued
+cancellations and submissions, picks the next pass start on the *modeled* clock, runs the pass
+in C (``LiveCore.step``), sleeps until the modeled end on the wall clock, then publishes the
+boundary as one ordered transaction: admissions → KV events + forward-pass metrics → output
+signals → cleanup of streams whose consumers fell behind → metrics snapshot.
+
+Modeled time is milliseconds since engine start.  A pass starts where the previous one ended
+(or at the arrival that woke an idle engine), never at the wall time the loop happened to get
+to it, so lateness of one pass never inflates later modeled times, and a live run replays the
+same modeled token times as the offline replay of the same arrivals.
+"""
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+import time
+import uuid as uuidlib
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from mocker._core.live import LiveCore
+from mocker._core.table import ReqTable
+from mocker.config import ConfigError, normalize_config
+from mocker.events.kv import BlockRemoved, BlockStored, KvEventBatch, KvEventSink
+from mocker.events.metrics import ForwardPassSnapshot, MockerMetrics
+
+log = logging.getLogger("mocker.live")
+
+ST_REJECTED = 4
+
+
+class LiveEngineError(RuntimeError):
+    """A request the live engine refuses, or an engine that is not running (spec live §1.3)."""
+
+
+# -- values -----------------------------------------------------------------------------------
+@dataclass(slots=True)
+class DirectRequest:
+    """What the live layer submits (spec live §0)."""
+    tokens: Sequence[int] | np.ndarray
+    max_output_tokens: int
+    output_token_ids: Sequence[int] | None = None   # a planned output: its length wins
+    uuid: str | uuidlib.UUID | None = None          # client id (fresh v4 if None)
+    dp_rank: int = 0
+    arrival_timestamp_ms: float | None = None       # informational (e.g. the frontend's unix ms)
+    arrival_ms: float | None = None                 # modeled arrival (ms since engine start); None = now
+
+    def effective_output_len(self) -> int:
+        return len(self.output_token_ids) if self.output_token_ids is not None else int(self.max_output_tokens)
+
+
+@dataclass(slots=True)
+class OutputSignal:
+    """One generated token, or a terminal (spec live §0)."""
+    uuid: Any
+    token_id: int | None
+    completed: bool = False
+    rejected: bool = False
+    cached_tokens: int | None = None   # admission prefix-cache hit, on the first signal only
+    modeled_ms: float = 0.0            # modeled time of the token (the pass end)
+    observed_at: float = 0.0           # wall clock (time.monotonic()) at delivery
+
+
+@dataclass(frozen=True, slots=True)
+class CancelOnOverflow:
+    """Per-request queue of ``min(max(1, output_len), capacity)`` signals; a full queue
+    abandons the stream (the consumer drains what is queued, then sees the end)."""
+    capacity: int = 8
+
+
+@dataclass(frozen=True, slots=True)
+class FullResponse:
+    """The whole declared response can be buffered unread."""
+
+
+# -- request streams ---------------------------------------------------------------------------
+class LiveRequest:
+    """The stream of one request: ``await recv()`` (None at the end) or ``async for``."""
+
+    __slots__ = ("client_id", "_engine", "_route", "_buf", "_cap", "_closed", "_waiter")
+
+    def __init__(self, engine: "LiveEngine", route: "_Route", capacity: int):
+        self.client_id = route.client_id
+        self._engine = engine
+        self._route = route
+        self._buf: deque[OutputSignal] = deque()
+        self._cap = capacity
+        self._closed = False
+        self._waiter: asyncio.Future | None = None
+
+    # producer side (the pass loop)
+    def _offer(self, sig: OutputSignal) -> bool:
+        if self._closed:
+            return False
+        if len(self._buf) >= self._cap:
+            return False
+        self._buf.append(sig)
+        self._wake()
+        return True
+
+    def _close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._wake()
+
+    def _wake(self) -> None:
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    # consumer side
+    async def recv(self) -> OutputSignal | None:
+        while True:
+            if self._buf:
+                return self._buf.popleft()
+            if self._closed:
+                return None
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> OutputSignal:
+        sig = await self.recv()
+        if sig is None:
+            raise StopAsyncIteration
+        return sig
+
+    async def cancel(self) -> bool:
+        """Cancel this request (False if it already ended)."""
+        if self._engine._routes.get(self.client_id) is not self._route:
+            return False
+        return await self._engine.cancel(self.client_id)
+
+    def close(self) -> None:
+        """The consumer is gone ("drop"): stop the request, fire and forget."""
+        self._engine._drop_stream(self._route)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed and not self._buf
+
+
+@dataclass(slots=True, eq=False)
+class _Route:
+    client_id: Any
+    rank: int
+    tokens: np.ndarray
+    plan: list | None
+    eff_len: int
+    arrival_ms: float | None
+    stream: LiveRequest | None = None
+    row: int = -1                      # scheduler id (core row) once submitted
+    state: str = "prepared"            # prepared → submitting → active → closed
+    abandoned: bool = False
+    terminal_seen: bool = False
+    cached: int | None = None
+    first_sent: bool = False
+    emitted: int = 0
+    ack: asyncio.Future | None = None
+    serial: int = 0
+
+
+class Registration:
+    """A prepared, not yet submitted request (spec live §1.3 ``prepare_request``).  ``close()``
+    ("drop") removes the route and ends the paired stream."""
+
+    def __init__(self, engine: "LiveEngine", route: _Route):
+        self._engine = engine
+        self.route = route
+
+    def close(self) -> None:
+        if self.route.state == "prepared":
+            self._engine._retire_route(self.route)
+
+
+# -- the engine -------------------------------------------------------------------------------
+class LiveEngine:
+    """The live engine of one worker: ``dp_size`` ranks sharing one pass barrier.
+
+    ``await LiveEngine.start(config)``; ``submit(DirectRequest)`` → ``LiveRequest``;
+    ``cancel(client_id)``; ``active_request_count()``; ``metrics(rank)`` /
+    ``watch_metrics(rank)``; ``await shutdown()`` (idempotent).
+    """
+
+    def __init__(self, config: Any = None, *, buffering: CancelOnOverflow | FullResponse | None = None,
+                 kv_event_sinks: Sequence[KvEventSink | None] | None = None,
+                 fpm_sink: Callable[[int, ForwardPassSnapshot], None] | None = None,
+                 admission_observer: Callable[[Any, int, float], None] | None = None,
+                 seed: int = 0):
+        try:
+            self.config = normalize_config(config)
+        except ConfigError as e:
+            raise LiveEngineError(f"invalid Mocker engine arguments: {e}") from e
+        eng = self.config["engine"]
+        self.engine_type = eng["backend"]
+        self.dp_size = int(self.config["dp_size"])
+        self.block_size = int(eng["block_size"])
+        self.num_gpu_blocks = int(eng["num_gpu_blocks"])
+        self.allow_zero_output = self.engine_type == "sglang"
+        # speedup 0 = infinite speed: modeled times are unscaled, the loop never sleeps
+        self.paced = eng["speedup_ratio"] > 0 and eng["decode_speedup_ratio"] > 0
+        self.buffering = buffering if buffering is not None else CancelOnOverflow()
+        sinks = list(kv_event_sinks or [])
+        if sinks and len(sinks) != self.dp_size:
+            raise LiveEngineError(f"kv_event_sinks needs one entry per DP rank: expected {self.dp_size}, "
+                                  f"got {len(sinks)}")
+        self._sinks = sinks
+        self._events = bool(sinks) and any(s is not None for s in sinks) and eng["enable_prefix_caching"]
+        self._fpm_sink = fpm_sink
+        self._admission_observer = admission_observer
+        self._seed = seed
+        self._routes: dict[Any, _Route] = {}
+        self._by_row: dict[int, _Route] = {}
+        self._pending_cancel: list[_Route] = []
+        self._commands: deque[_Route] = deque()
+        self._arrivals: list = []           # heap of (arrival_ms, seq, route)
+        self._seq = itertools.count()
+        self._serial = itertools.count()
+        self._wakeup: asyncio.Event | None = None
+        self._task: asyncio.Task | None = None
+        self._state = "new"
+        self._shutdown_result: asyncio.Future | None = None
+        self._t = 0.0                       # modeled time the core has reached (last pass end)
+        self._origin = 0.0
+        self._in_pass = False
+        self._stalled = False
+        self._metrics = [MockerMetrics.initial(r, self.num_gpu_blocks) for r in range(self.dp_size)]
+        self._metrics_changed: asyncio.Event | None = None
+        self._sglang_obs: list | None = None
+        self.passes = 0
+        self.lateness_ms: list[float] | None = None   # set to [] to record per-pass lateness
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    @classmethod
+    async def start(cls, config: Any = None, **kwargs) -> "LiveEngine":
+        eng = cls(config, **kwargs)
+        await eng._start()
+        return eng
+
+    async def _start(self) -> None:
+        if self._state != "new":
+            raise LiveEngineError("live Mocker engine was already started")
+        from mocker.replay.run import _build_ranks
+        cfg = dict(self.config)
+        cfg["engine"] = dict(self.config["engine"], worker_type="aggregated",
+                             emit_kv_events=self._events)
+        self._table = ReqTable(0, self.block_size)
+        try:
+            ranks = _build_ranks(cfg, self._table, 1)
+        except ConfigError as e:
+            raise LiveEngineError(f"invalid Mocker engine arguments: {e}") from e
+        self._core = LiveCore(self._table, ranks, self.config["engine"]["prefill_schedule_interval"])
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._wakeup = asyncio.Event()
+        self._metrics_changed = asyncio.Event()
+        startup = self.config.get("startup_time") or 0.0
+        if startup:
+            await asyncio.sleep(float(startup))       # wall clock, never scaled
+        self._origin = loop.time()
+        self._state = "running"
+        self._task = loop.create_task(self._run(), name="mocker-live-pass-loop")
+
+    def now_ms(self) -> float:
+        """The modeled clock: milliseconds since the engine started."""
+        return (self._loop.time() - self._origin) * 1000.0
+
+    @property
+    def running(self) -> bool:
+        return self._state == "running"
+
+    # -- requests ----------------------------------------------------------------------------
+    def prepare_request(self, req: DirectRequest) -> tuple[Registration, LiveRequest]:
+        if self._state != "running":
+            raise LiveEngineError("live Mocker engine is not running")
+        eff = req.effective_output_len()
+        if eff == 0 and not (self.allow_zero_output and req.output_token_ids is None):
+            raise LiveEngineError("live requests must generate at least one output token")
+        if eff < 0:
+            raise LiveEngineError(f"max_output_tokens must be non-negative, got {eff}")
+        if not 0 <= req.dp_rank < self.dp_size:
+            raise LiveEngineError(f"dp_rank {req.dp_rank} is out of bounds for dp_size {self.dp_size}")
+        cid = req.uuid if req.uuid is not None else uuidlib.uuid4()
+        if cid in self._routes:
+            raise LiveEngineError(f"request {cid} is already active")
+        tokens = np.asarray(req.tokens, dtype=np.int64)
+        if tokens.ndim != 1:
+            raise LiveEngineError("request tokens must be a flat list of token ids")
+        route = _Route(client_id=cid, rank=int(req.dp_rank), tokens=tokens,
+                       plan=list(req.output_token_ids) if req.output_token_ids is not None else None,
+                       eff_len=eff, arrival_ms=req.arrival_ms, serial=next(self._serial))
+        if isinstance(self.buffering, FullResponse):
+            cap = max(1, eff)
+        else:
+            cap = min(max(1, eff), self.buffering.capacity)
+        route.stream = LiveRequest(self, route, cap)
+        self._routes[cid] = route
+        return Registration(self, route), route.stream
+
+    async def submit(self, req: DirectRequest) -> LiveRequest:
+        """Register and submit; returns once the scheduler acknowledged it (at the next pass
+        boundary if a pass is running)."""
+        reg, stream = self.prepare_request(req)
+        await self.submit_prepared(reg)
+        return stream
+
+    async def submit_prepared(self, reg: Registration) -> None:
+        route = reg.route
+        if route.state != "prepared":
+            raise LiveEngineError(f"request {route.client_id} was already submitted")
+        if self._state != "running":
+            self._retire_route(route)
+            raise LiveEngineError("live Mocker engine is not running")
+        route.state = "submitting"
+        route.ack = self._loop.create_future()
+        self._commands.append(route)
+        self._wakeup.set()
+        try:
+            await asyncio.shield(route.ack)
+        except asyncio.CancelledError:
+            # the caller went away: the request still gets cancelled once admitted
+            self._drop_stream(route)
+            raise
+
+    async def cancel(self, client_id: Any) -> bool:
+        """Cancel a request: stop forwarding at once, drop it from the scheduler at the next
+        boundary.  False for an unknown id or a request that already ended."""
+        route = self._routes.get(client_id)
+        if route is None or route.state == "closed":
+            return False
+        if route.state == "prepared":
+            self._retire_route(route)
+            return True
+        if route.state == "submitting":
+            try:
+                await asyncio.shield(route.ack)
+            except Exception:
+                return False
+        if self._routes.get(client_id) is not route or route.state == "closed":
+            return False
+        if route.terminal_seen:
+            return False
+        route.abandoned = True
+        route.stream._close()
+        fut = self._loop.create_future()
+        self._pending_cancel.append((route, fut))
+        self._wakeup.set()
+        return await asyncio.shield(fut)
+
+    def _drop_stream(self, route: _Route) -> None:
+        """Fire-and-forget cancellation (a dropped stream)."""
+        if route.state == "prepared":
+            self._retire_route(route)
+            return
+        if route.state == "closed" or self._state != "running":
+            return
+        route.abandoned = True
+        route.stream._close()
+        self._pending_cancel.append((route, None))
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+    def active_request_count(self) -> int:
+        return len(self._routes)
+
+    # -- metrics -----------------------------------------------------------------------------
+    def metrics(self, rank: int = 0) -> MockerMetrics:
+        return self._metrics[rank]
+
+    async def watch_metrics(self, rank: int = 0):
+        """Latest-value stream of the rank's ``MockerMetrics`` (changes coalesce)."""
+        while self._state in ("new", "running"):
+            changed = self._metrics_changed
+            yield self._metrics[rank]
+            await changed.wait()
+
+    # -- shutdown ----------------------------------------------------------------------------
+    async def shutdown(self) -> None:
+        """Stop the pass loop, end every open stream, release the KV sinks.  Idempotent: a
+        repeated call returns (or raises) the same result."""
+        if self._shutdown_result is None:
+            self._shutdown_result = asyncio.get_running_loop().create_future()
+            try:
+                await self._shutdown()
+            except BaseException as e:   # noqa: BLE001 — remembered, re-raised on every call
+                self._shutdown_result.set_exception(e)
+            else:
+                self._shutdown_result.set_result(None)
+        await asyncio.shield(self._shutdown_result)
+
+    async def _shutdown(self) -> None:
+        was = self._state
+        self._state = "stopping"
+        err: BaseException | None = None
+        if self._task is not None:
+            self._wakeup.set()
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            except Exception as e:       # the pass loop failed
+                err = e
+        for route in list(self._routes.values()):
+            if route.ack is not None and not route.ack.done():
+                route.ack.set_exception(LiveEngineError("live Mocker engine stopped during submission"))
+                route.ack.exception()
+            route.stream._close()
+            self._routes.pop(route.client_id, None)
+            route.state = "closed"
+        for _, fut in self._pending_cancel:
+            if fut is not None and not fut.done():
+                fut.set_result(False)
+        self._pending_cancel.clear()
+        for s in self._sinks:
+            if s is not None:
+                try:
+                    s.close()
+                except Exception:     # noqa: BLE001
+                    log.exception("closing a KV event sink failed")
+        self._state = "stopped"
+        if self._metrics_changed is not None:
+            self._metrics_changed.set()
+        if err is not None:
+            raise err
+        if was == "new":
+            return
+
+    # -- the pass loop -----------------------------------------------------------------------
+    async def _run(self) -> None:
+        try:
+            await self._loop_passes()
+        except asyncio.CancelledError:
+            raise
+        except BaseException:
+            # a broken pass loop must not leave a consumer hanging: every stream ends now
+            log.exception("live Mocker pass loop failed")
+            self._state = "failed"
+            for route in list(self._routes.values()):
+                if route.ack is not None and not route.ack.done():
+                    route.ack.set_exception(LiveEngineError("live Mocker engine stopped during submission"))
+                self._retire_route(route)
+            raise
+
+    async def _loop_passes(self) -> None:
+        core = self._core
+        loop = self._loop
+        while True:
+            self._apply_commands()
+            self._apply_cancellations()
+            # where does the next pass start on the modeled clock?
+            if core.has_work() and not self._stalled:
+                start = self._t
+            elif self._arrivals:
+                a = self._arrivals[0][0]
+                now = self.now_ms()
+                if a > now and self.paced:
+                    await self._wait(self._origin + a / 1000.0)
+                    continue
+                start = max(a, self._t)
+            else:
+                await self._wait(None)
+                continue
+            self._admit_arrivals(start)
+            if not core.has_work():
+                continue
+            self._in_pass = True
+            end = core.step(start)
+            self.passes += 1
+            if end > start:
+                self._stalled = False
+                if self.paced:
+                    target = self._origin + end / 1000.0
+                    delay = target - loop.time()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                    if self.lateness_ms is not None:
+                        self.lateness_ms.append((loop.time() - target) * 1000.0)
+                else:
+                    await asyncio.sleep(0)
+            else:
+                if not core.effect:
+                    self._stalled = True     # an effect-free instant pass: wait for a command
+                await asyncio.sleep(0)       # zero-duration passes still yield
+            self._in_pass = False
+            self._t = end
+            self._complete_pass(start, end)
+
+    async def _wait(self, until: float | None) -> None:
+        self._wakeup.clear()
+        if self._commands or self._pending_cancel:
+            return
+        if until is None:
+            await self._wakeup.wait()
+            return
+        delay = until - self._loop.time()
+        if delay <= 0:
+            return
+        try:
+            await asyncio.wait_for(self._wakeup.wait(), delay)
+        except asyncio.TimeoutError:
+            pass
+
+    def _apply_commands(self) -> None:
+        """Queued submissions get their arrival stamp and are acknowledged (between passes)."""
+        if not self._commands:
+            return
+        # a request without a modeled arrival arrives at this boundary: it joins the pass that
+        # starts here (at the previous pass end while the engine is busy, else now)
+        now = self._t if (self._core.has_work() and not self._stalled) else max(self.now_ms(), self._t)
+        for _ in range(len(self._commands)):
+            route = self._commands.popleft()
+            if route.state != "submitting":
+                continue
+            a = route.arrival_ms if route.arrival_ms is not None else now
+            heapq.heappush(self._arrivals, (a, next(self._seq), route))
+            route.state = "active"
+            route.ack.set_result(None)
+            self._stalled = False
+
+    def _admit_arrivals(self, start: float) -> None:
+        core = self._core
+        while self._arrivals and self._arrivals[0][0] <= start:
+            a, _, route = heapq.heappop(self._arrivals)
+            if route.state != "active" or route.abandoned:
+                if route.state != "closed":
+                    self._retire_route(route)
+                continue
+            route.row = core.submit(route.tokens, route.eff_len, route.rank, a)
+            self._by_row[route.row] = route
+            if core.rejected(route.row):
+                self._deliver(route, OutputSignal(route.client_id, None, completed=True, rejected=True,
+                                                  modeled_ms=start, observed_at=time.monotonic()), [])
+                route.terminal_seen = True
+                self._retire_route(route)
+
+    def _apply_cancellations(self) -> None:
+        if not self._pending_cancel:
+            return
+        pending, self._pending_cancel = self._pending_cancel, []
+        core = self._core
+        for route, fut in pending:
+            if route.state == "closed":
+                if fut is not None and not fut.done():
+                    fut.set_result(False)
+                continue
+            if route.row < 0:
+                # still waiting for its arrival time: it never reaches the core
+                self._retire_route(route)
+                if fut is not None and not fut.done():
+                    fut.set_result(True)
+                continue
+            applied = core.cancel(route.row)
+            self._retire_route(route)
+            if fut is not None and not fut.done():
+                fut.set_result(bool(applied))
+        self._stalled = False
+        if self._events:
+            self._publish_kv_events()
+        self._update_metrics()
+
+    def _retire_route(self, route: _Route) -> None:
+        if route.state == "closed":
+            return
+        route.state = "closed"
+        if self._routes.get(route.client_id) is route:
+            del self._routes[route.client_id]
+        if route.stream is not None:
+            route.stream._close()
+        if route.row >= 0:
+            self._by_row.pop(route.row, None)
+            self._core.retire(route.row)
+
+    # -- pass boundary -----------------------------------------------------------------------
+    def _complete_pass(self, start: float, end: float) -> None:
+        core = self._core
+        emitted, completed, rejected, adm_rid, adm_reused = core.drain()
+        observer = self._admission_observer
+        sg = self._sglang_obs = [None] * self.dp_size if self.engine_type == "sglang" else None
+        for i in range(len(adm_rid)):
+            route = self._by_row.get(int(adm_rid[i]))
+            if route is None:
+                continue
+            if sg is not None:
+                hit, tot = sg[route.rank] or (0, 0)
+                sg[route.rank] = (hit + int(adm_reused[i]), tot + len(route.tokens))
+            if route.cached is None:
+                route.cached = int(adm_reused[i])
+                if observer is not None:
+                    observer(route.client_id, route.rank, end)
+        if self._events:
+            self._publish_kv_events()
+        if self._fpm_sink is not None:
+            self._publish_fpm(start, end)
+        wall = time.monotonic()
+        done = set(completed.tolist())
+        overflowed: list[_Route] = []
+        finished: list[_Route] = []
+        for row in emitted.tolist():
+            route = self._by_row.get(row)
+            if route is None:
+                continue
+            route.emitted += 1
+            g = route.emitted
+            tok = route.plan[g - 1] if route.plan is not None and g <= len(route.plan) else self._token(route, g)
+            last = row in done
+            self._deliver(route, OutputSignal(route.client_id, tok, completed=last,
+                                              modeled_ms=end, observed_at=wall), overflowed)
+            if last:
+                done.discard(row)
+                finished.append(route)
+        for row in done:                      # terminal without a token (SGLang zero output)
+            route = self._by_row.get(row)
+            if route is not None:
+                self._deliver(route, OutputSignal(route.client_id, None, completed=True,
+                                                  modeled_ms=end, observed_at=wall), overflowed)
+                finished.append(route)
+        for row in rejected.tolist():
+            route = self._by_row.get(row)
+            if route is not None:
+                self._deliver(route, OutputSignal(route.client_id, None, completed=True, rejected=True,
+                                                  modeled_ms=end, observed_at=wall), overflowed)
+                finished.append(route)
+        for route in finished:
+            route.terminal_seen = True
+            self._retire_route(route)
+        # consumers that fell behind: their requests are cancelled inside the boundary
+        if overflowed:
+            for route in overflowed:
+                if route.state != "closed":
+                    core.cancel(route.row)
+                    self._retire_route(route)
+            if self._events:
+                self._publish_kv_events()
+        self._update_metrics()
+
+    def _deliver(self, route: _Route, sig: OutputSignal, overflowed: list) -> None:
+        if route.abandoned or route.state == "closed":
+            return
+        if not route.first_sent:
+            route.first_sent = True
+            if not sig.rejected:
+                sig.cached_tokens = route.cached if route.cached is not None else 0
+        if not route.stream._offer(sig):
+            route.abandoned = True
+            route.stream._close()
+            if not sig.completed:
+                overflowed.append(route)
+
+    def _token(self, route: _Route, g: int) -> int:
+        # a deterministic stand-in token in [1000, 32000) (the execution context picks its own)
+        return 1000 + ((route.serial * 2654435761 + g * 40503 + self._seed * 97) % 31000)
+
+    def _publish_kv_events(self) -> None:
+        core = self._core
+        bs = self.block_size
+        ts = time.time()
+        for rank in range(self.dp_size):
+            h, st, rr, kk, par, hp = core.kv_events(rank)
+            sink = self._sinks[rank] if self._sinks else None
+            if len(h) == 0 or sink is None:
+                continue
+            events = []
+            i, n = 0, len(h)
+            while i < n:
+                if st[i]:
+                    j = i + 1
+                    while j < n and st[j] and rr[j] == rr[i] and kk[j] == kk[j - 1] + 1:
+                        j += 1
+                    row, k0 = int(rr[i]), int(kk[i])
+                    events.append(BlockStored(
+                        block_hashes=tuple(int(x) for x in h[i:j]),
+                        parent_block_hash=int(par[i]) if hp[i] else None,
+                        token_ids=self._block_tokens(row, k0, j - i, bs),
+                        block_size=bs))
+                else:
+                    j = i + 1
+                    while j < n and not st[j]:
+                        j += 1
+                    events.append(BlockRemoved(block_hashes=tuple(int(x) for x in h[i:j])))
+                i = j
+            try:
+                sink.publish(KvEventBatch(ts=ts, events=tuple(events), dp_rank=rank))
+            except Exception:     # noqa: BLE001 — a sink never stops the engine
+                log.exception("KV event sink failed")
+
+    def _block_tokens(self, row: int, k0: int, nblocks: int, bs: int) -> tuple:
+        route = self._by_row.get(row)
+        lo, hi = k0 * bs, (k0 + nblocks) * bs
+        if route is None:
+            return tuple([0] * (hi - lo))
+        prompt = route.tokens
+        plen = len(prompt)
+        out = prompt[lo:min(hi, plen)].tolist()
+        if hi > plen:
+            g0 = max(lo, plen) - plen
+            out.extend(self._core.generated_token_ids(row, g0, hi - max(lo, plen)).tolist())
+        return tuple(out)
+
+    def _publish_fpm(self, start: float, end: float) -> None:
+        core = self._core
+        for rank in range(self.dp_size):
+            stepped, prefill_n, decode_n, committed, _, _ = core.pass_stats(rank)
+            if not stepped:
+                continue
+            _, _, running, waiting, _ = core.rank_metrics(rank)
+            snap = ForwardPassSnapshot(
+                num_prefill_requests=prefill_n, sum_prefill_tokens=committed, var_prefill_length=0.0,
+                sum_prefill_kv_tokens=0, num_decode_requests=decode_n, sum_decode_kv_tokens=0,
+                var_decode_kv_tokens=0.0, num_queued_prefill=waiting, sum_queued_prefill_tokens=0,
+                var_queued_prefill_length=0.0, num_queued_decode=0, sum_queued_decode_kv_tokens=0,
+                var_queued_decode_kv_tokens=0.0, wall_time_secs=(end - start) / 1000.0)
+            try:
+                self._fpm_sink(rank, snap)
+            except Exception:     # noqa: BLE001
+                log.exception("forward-pass metrics sink failed")
+
+    def _update_metrics(self) -> None:
+        core = self._core
+        for rank in range(self.dp_size):
+            active, total, running, waiting, pre = core.rank_metrics(rank)
+            hit = self._metrics[rank].sglang_cache_hit_tokens
+            tot = self._metrics[rank].sglang_cache_total_tokens
+            obs = self._sglang_obs[rank] if self._sglang_obs is not None else None
+            if obs is not None:           # the latest pass that admitted prompts
+                hit, tot = obs
+            self._metrics[rank] = MockerMetrics(
+                dp_rank=rank, active_decode_blocks=active, total_blocks=total,
+                running_requests=running, waiting_requests=waiting, vllm_preemptions_total=pre,
+                sglang_cache_hit_tokens=hit, sglang_cache_total_tokens=tot)
+        changed, self._metrics_changed = self._metrics_changed, asyncio.Event()
+        changed.set()
