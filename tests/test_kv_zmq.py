@@ -181,9 +181,10 @@ def test_payload_is_a_3_array_with_float64_ts_and_dp_rank():
 
 
 def test_device_tier_omits_medium_and_group_idx_is_zero():
+    """The Dynamo mocker's compact shape (``explicit_nulls=False``)."""
     batch = KvEventBatch(1.0, (_stored([1, 2], parent=9), BlockRemoved((1,)),
                                _stored([3], medium="GPU"), BlockRemoved((3,), "device")))
-    stored, removed, stored_gpu, removed_gpu = _events(encode_batch(batch))
+    stored, removed, stored_gpu, removed_gpu = _events(encode_batch(batch, explicit_nulls=False))
     assert stored == {"type": "BlockStored", "block_hashes": [1, 2], "parent_block_hash": 9,
                       "token_ids": [0, 1, 2, 3], "block_size": 2, "group_idx": 0}
     assert removed == {"type": "BlockRemoved", "block_hashes": [1], "group_idx": 0}
@@ -240,11 +241,12 @@ def test_encoder_rejects_bad_events():
 
 
 def test_vllm_strict_structs_need_explicit_nulls():
-    """vLLM's own structs require lora_id/medium/lora_name: the default (Dynamo) shape fails them."""
+    """vLLM's own structs require lora_id/medium/lora_name: the compact (Dynamo) shape fails them,
+    so explicit nulls are the default."""
     batch = KvEventBatch(1.0, (_stored([1]), BlockRemoved((1,), "CPU")), dp_rank=0)
     with pytest.raises(msgspec.ValidationError, match="missing required field"):
-        STRICT_DECODER.decode(encode_batch(batch))
-    stored, removed = STRICT_DECODER.decode(encode_batch(batch, explicit_nulls=True)).events
+        STRICT_DECODER.decode(encode_batch(batch, explicit_nulls=False))
+    stored, removed = STRICT_DECODER.decode(encode_batch(batch)).events
     assert (stored.lora_id, stored.lora_name, stored.medium) == (None, None, None)
     assert removed.medium == "CPU_PINNED" and stored.group_idx == 0
 

@@ -86,16 +86,16 @@ def _encode_event(event: object, explicit_nulls: bool) -> dict | None:
     return out
 
 
-def encode_batch(batch: KvEventBatch, *, explicit_nulls: bool = False) -> bytes | None:
+def encode_batch(batch: KvEventBatch, *, explicit_nulls: bool = True) -> bytes | None:
     """Encode a batch as vLLM's ``KVEventBatch``: msgpack ``[ts float64, [event map...], dp_rank]``.
 
     Events are string-keyed maps tagged by ``"type"``, in batch order; ``AllBlocksCleared`` is
     dropped, and a batch left with no events gives None (the publisher then emits nothing and
-    consumes no sequence number).  ``medium`` is written only for a non-device tier, and no
-    ``lora_id``/``lora_name`` is written (the Dynamo mocker's shape, which Dynamo's router and any
-    consumer tolerating missing keys accept).  ``explicit_nulls=True`` additionally writes
-    ``lora_id``, ``lora_name`` and ``medium`` as nil when absent: vLLM's own msgspec structs declare
-    those fields without defaults, so its decoder rejects events that omit them.
+    consumes no sequence number).  By default (``explicit_nulls=True``) ``lora_id``,
+    ``lora_name`` and ``medium`` are written as nil when absent: vLLM's own msgspec structs
+    declare those fields without defaults, so its decoder rejects events that omit them.
+    ``explicit_nulls=False`` gives the Dynamo mocker's compact shape (``medium`` only for a
+    non-device tier, no ``lora_*``), which Dynamo's router and tolerant consumers accept.
 
     Raises ``ValueError`` for a hash outside 64 bits, an unknown medium, or a Stored event whose
     token count is not ``len(block_hashes) * block_size``.
@@ -166,7 +166,7 @@ class ZmqKvEventPublisher:
 
     def __init__(self, port: int | None = None, replay_port: int | None = None,
                  host: str = "127.0.0.1", buffer_size: int = DEFAULT_BUFFER_SIZE,
-                 replay_topic_frame: bool = True, *, explicit_nulls: bool = False) -> None:
+                 replay_topic_frame: bool = True, *, explicit_nulls: bool = True) -> None:
         if buffer_size < 1:
             raise ValueError(f"buffer_size must be >= 1, got {buffer_size}")
         self._host = host
