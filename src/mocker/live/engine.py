@@ -40,6 +40,10 @@ class LiveEngineError(RuntimeError):
     """A request the live engine refuses, or an engine that is not running (spec live §1.3)."""
 
 
+class StreamInterrupted(Exception):
+    """``recv()`` was woken by ``LiveRequest.interrupt()`` (its caller's context stopped)."""
+
+
 # -- values -----------------------------------------------------------------------------------
 @dataclass(slots=True)
 class DirectRequest:
@@ -84,7 +88,7 @@ class FullResponse:
 class LiveRequest:
     """The stream of one request: ``await recv()`` (None at the end) or ``async for``."""
 
-    __slots__ = ("client_id", "_engine", "_route", "_buf", "_cap", "_closed", "_waiter")
+    __slots__ = ("client_id", "_engine", "_route", "_buf", "_cap", "_closed", "_waiter", "_interrupted")
 
     def __init__(self, engine: "LiveEngine", route: "_Route", capacity: int):
         self.client_id = route.client_id
@@ -94,6 +98,7 @@ class LiveRequest:
         self._cap = capacity
         self._closed = False
         self._waiter: asyncio.Future | None = None
+        self._interrupted = False
 
     # producer side (the pass loop)
     def _offer(self, sig: OutputSignal) -> bool:
@@ -116,15 +121,24 @@ class LiveRequest:
             w.set_result(None)
 
     # consumer side
+    def interrupt(self) -> None:
+        """Make the pending (or next) ``recv()`` raise ``StreamInterrupted`` once."""
+        self._interrupted = True
+        self._wake()
+
     async def recv(self) -> OutputSignal | None:
+        buf = self._buf
         while True:
-            if self._buf:
-                return self._buf.popleft()
+            if self._interrupted:
+                self._interrupted = False
+                raise StreamInterrupted()
+            if buf:
+                return buf.popleft()
             if self._closed:
                 return None
-            self._waiter = asyncio.get_running_loop().create_future()
+            w = self._waiter = self._engine._loop.create_future()
             try:
-                await self._waiter
+                await w
             finally:
                 self._waiter = None
 
@@ -132,10 +146,17 @@ class LiveRequest:
         return self
 
     async def __anext__(self) -> OutputSignal:
-        sig = await self.recv()
-        if sig is None:
-            raise StopAsyncIteration
-        return sig
+        buf = self._buf
+        while True:
+            if buf:
+                return buf.popleft()
+            if self._closed:
+                raise StopAsyncIteration
+            w = self._waiter = self._engine._loop.create_future()
+            try:
+                await w
+            finally:
+                self._waiter = None
 
     async def cancel(self) -> bool:
         """Cancel this request (False if it already ended)."""
@@ -479,6 +500,7 @@ class LiveEngine:
             self._in_pass = True
             end = core.step(start)
             self.passes += 1
+            prepared = self._prepare_pass(start, end)
             if end > start:
                 self._stalled = False
                 if self.paced:
@@ -496,7 +518,11 @@ class LiveEngine:
                 await asyncio.sleep(0)       # zero-duration passes still yield
             self._in_pass = False
             self._t = end
-            self._complete_pass(start, end)
+            self._publish_pass(prepared)
+            if prepared[4]:
+                # let the consumers take their tokens before the next pass is computed (its
+                # modeled times do not depend on when that happens)
+                await asyncio.sleep(0)
 
     async def _wait(self, until: float | None) -> None:
         self._wakeup.clear()
@@ -541,8 +567,7 @@ class LiveEngine:
             route.row = core.submit(route.tokens, route.eff_len, route.rank, a)
             self._by_row[route.row] = route
             if core.rejected(route.row):
-                self._deliver(route, OutputSignal(route.client_id, None, completed=True, rejected=True,
-                                                  modeled_ms=start, observed_at=time.monotonic()), [])
+                self._deliver(route, OutputSignal(route.client_id, None, True, True, None, start))
                 route.terminal_seen = True
                 self._retire_route(route)
 
@@ -584,89 +609,136 @@ class LiveEngine:
             self._core.retire(route.row)
 
     # -- pass boundary -----------------------------------------------------------------------
-    def _complete_pass(self, start: float, end: float) -> None:
+    # The pass's outputs are read from the core and turned into signals while the pass "runs"
+    # (the loop sleeps until its modeled end anyway); at the end they are only handed out.
+
+    def _prepare_pass(self, start: float, end: float) -> tuple:
         core = self._core
+        by_row = self._by_row
         emitted, completed, rejected, adm_rid, adm_reused = core.drain()
-        observer = self._admission_observer
+        admitted = []
         sg = self._sglang_obs = [None] * self.dp_size if self.engine_type == "sglang" else None
-        for i in range(len(adm_rid)):
-            route = self._by_row.get(int(adm_rid[i]))
+        for row, reused in zip(adm_rid.tolist(), adm_reused.tolist()):
+            route = by_row.get(row)
             if route is None:
                 continue
             if sg is not None:
                 hit, tot = sg[route.rank] or (0, 0)
-                sg[route.rank] = (hit + int(adm_reused[i]), tot + len(route.tokens))
+                sg[route.rank] = (hit + reused, tot + len(route.tokens))
             if route.cached is None:
-                route.cached = int(adm_reused[i])
-                if observer is not None:
-                    observer(route.client_id, route.rank, end)
-        if self._events:
-            self._publish_kv_events()
-        if self._fpm_sink is not None:
-            self._publish_fpm(start, end)
-        wall = time.monotonic()
+                route.cached = reused
+                admitted.append(route)
+        kv = self._collect_kv_events() if self._events else None
+        fpm = self._collect_fpm(start, end) if self._fpm_sink is not None else None
         done = set(completed.tolist())
-        overflowed: list[_Route] = []
-        finished: list[_Route] = []
+        out = []                        # (route, signal) in delivery order
+        finished = []
         for row in emitted.tolist():
-            route = self._by_row.get(row)
+            route = by_row.get(row)
             if route is None:
                 continue
-            route.emitted += 1
-            g = route.emitted
-            tok = route.plan[g - 1] if route.plan is not None and g <= len(route.plan) else self._token(route, g)
+            g = route.emitted = route.emitted + 1
+            plan = route.plan
+            tok = plan[g - 1] if plan is not None and g <= len(plan) else self._token(route, g)
             last = row in done
-            self._deliver(route, OutputSignal(route.client_id, tok, completed=last,
-                                              modeled_ms=end, observed_at=wall), overflowed)
+            cached = None
+            if not route.first_sent:
+                route.first_sent = True
+                cached = route.cached or 0
+            out.append((route, OutputSignal(route.client_id, tok, last, False, cached, end)))
             if last:
                 done.discard(row)
                 finished.append(route)
         for row in done:                      # terminal without a token (SGLang zero output)
-            route = self._by_row.get(row)
+            route = by_row.get(row)
             if route is not None:
-                self._deliver(route, OutputSignal(route.client_id, None, completed=True,
-                                                  modeled_ms=end, observed_at=wall), overflowed)
+                cached = None if route.first_sent else (route.cached or 0)
+                route.first_sent = True
+                out.append((route, OutputSignal(route.client_id, None, True, False, cached, end)))
                 finished.append(route)
         for row in rejected.tolist():
-            route = self._by_row.get(row)
+            route = by_row.get(row)
             if route is not None:
-                self._deliver(route, OutputSignal(route.client_id, None, completed=True, rejected=True,
-                                                  modeled_ms=end, observed_at=wall), overflowed)
+                route.first_sent = True
+                out.append((route, OutputSignal(route.client_id, None, True, True, None, end)))
                 finished.append(route)
+        return end, admitted, kv, fpm, out, finished
+
+    def _publish_pass(self, prepared: tuple) -> None:
+        """The boundary transaction: admissions → KV events + forward-pass metrics → output
+        signals → cleanup of overflowed streams → metrics snapshot."""
+        end, admitted, kv, fpm, out, finished = prepared
+        observer = self._admission_observer
+        if observer is not None:
+            for route in admitted:
+                observer(route.client_id, route.rank, end)
+        if kv:
+            self._send_kv(kv)
+        if fpm:
+            self._send_fpm(fpm)
+        wall = time.monotonic()
+        overflowed = []
+        for route, sig in out:
+            if route.abandoned:
+                continue
+            stream = route.stream
+            buf = stream._buf
+            if stream._closed:
+                continue
+            if len(buf) >= stream._cap:
+                # a consumer that fell behind: the stream ends after what it already holds
+                route.abandoned = True
+                stream._close()
+                if not sig.completed:
+                    overflowed.append(route)
+                continue
+            sig.observed_at = wall
+            buf.append(sig)
+            w = stream._waiter
+            if w is not None and not w.done():
+                w.set_result(None)
         for route in finished:
             route.terminal_seen = True
             self._retire_route(route)
-        # consumers that fell behind: their requests are cancelled inside the boundary
         if overflowed:
+            # their requests are cancelled inside the boundary, before anything else can run
+            core = self._core
             for route in overflowed:
                 if route.state != "closed":
                     core.cancel(route.row)
                     self._retire_route(route)
             if self._events:
-                self._publish_kv_events()
+                self._send_kv(self._collect_kv_events())
         self._update_metrics()
 
-    def _deliver(self, route: _Route, sig: OutputSignal, overflowed: list) -> None:
+    def _deliver(self, route: _Route, sig: OutputSignal) -> None:
+        """Hand one signal out at once (a rejection at admission)."""
         if route.abandoned or route.state == "closed":
             return
-        if not route.first_sent:
-            route.first_sent = True
-            if not sig.rejected:
-                sig.cached_tokens = route.cached if route.cached is not None else 0
-        if not route.stream._offer(sig):
-            route.abandoned = True
-            route.stream._close()
-            if not sig.completed:
-                overflowed.append(route)
+        route.first_sent = True
+        sig.observed_at = time.monotonic()
+        route.stream._offer(sig)
 
     def _token(self, route: _Route, g: int) -> int:
         # a deterministic stand-in token in [1000, 32000) (the execution context picks its own)
         return 1000 + ((route.serial * 2654435761 + g * 40503 + self._seed * 97) % 31000)
 
     def _publish_kv_events(self) -> None:
+        self._send_kv(self._collect_kv_events())
+
+    def _send_kv(self, batches: list) -> None:
+        ts = time.time()
+        for rank, events in batches:
+            try:
+                self._sinks[rank].publish(KvEventBatch(ts=ts, events=events, dp_rank=rank))
+            except Exception:     # noqa: BLE001 — a sink never stops the engine
+                log.exception("KV event sink failed")
+
+    def _collect_kv_events(self) -> list:
+        """Drain every rank's KV events into (rank, events) ready to publish."""
         core = self._core
         bs = self.block_size
-        ts = time.time()
+        batches = []
         for rank in range(self.dp_size):
             h, st, rr, kk, par, hp = core.kv_events(rank)
             sink = self._sinks[rank] if self._sinks else None
@@ -691,10 +763,8 @@ class LiveEngine:
                         j += 1
                     events.append(BlockRemoved(block_hashes=tuple(int(x) for x in h[i:j])))
                 i = j
-            try:
-                sink.publish(KvEventBatch(ts=ts, events=tuple(events), dp_rank=rank))
-            except Exception:     # noqa: BLE001 — a sink never stops the engine
-                log.exception("KV event sink failed")
+            batches.append((rank, tuple(events)))
+        return batches
 
     def _block_tokens(self, row: int, k0: int, nblocks: int, bs: int) -> tuple:
         route = self._by_row.get(row)
@@ -709,8 +779,16 @@ class LiveEngine:
             out.extend(self._core.generated_token_ids(row, g0, hi - max(lo, plen)).tolist())
         return tuple(out)
 
-    def _publish_fpm(self, start: float, end: float) -> None:
+    def _send_fpm(self, snaps: list) -> None:
+        for rank, snap in snaps:
+            try:
+                self._fpm_sink(rank, snap)
+            except Exception:     # noqa: BLE001
+                log.exception("forward-pass metrics sink failed")
+
+    def _collect_fpm(self, start: float, end: float) -> list:
         core = self._core
+        snaps = []
         for rank in range(self.dp_size):
             stepped, prefill_n, decode_n, committed, _, _ = core.pass_stats(rank)
             if not stepped:
@@ -722,10 +800,8 @@ class LiveEngine:
                 var_decode_kv_tokens=0.0, num_queued_prefill=waiting, sum_queued_prefill_tokens=0,
                 var_queued_prefill_length=0.0, num_queued_decode=0, sum_queued_decode_kv_tokens=0,
                 var_queued_decode_kv_tokens=0.0, wall_time_secs=(end - start) / 1000.0)
-            try:
-                self._fpm_sink(rank, snap)
-            except Exception:     # noqa: BLE001
-                log.exception("forward-pass metrics sink failed")
+            snaps.append((rank, snap))
+        return snaps
 
     def _update_metrics(self) -> None:
         core = self._core

@@ -1,0 +1,137 @@
+"""Wall-clock pacing of the LiveEngine under load (issue 5, second point).
+
+N closed-loop clients (default 2,000) each submit a request, read every token as it arrives,
+and submit the next, for ``--seconds`` (default 60) at ``speedup_ratio`` 1.  For every token
+the consumer notes when it got it; its *lateness* is that wall time minus the token's modeled
+time (``engine origin + modeled_ms``).  The script prints the lateness distribution overall and
+per time window (drift would show as windows getting later), the pass lateness of the loop, and
+how much of each modeled second the loop spent computing.
+
+    python benchmarks/live_pacing.py                 # 2,000 streams, 60 s
+    python benchmarks/live_pacing.py --clients 500 --seconds 10
+"""
+from __future__ import annotations
+
+import argparse
+import array
+import asyncio
+import gc
+import json
+import random
+import time
+
+import numpy as np
+
+from mocker.live.engine import DirectRequest, FullResponse, LiveEngine
+
+
+async def run(args) -> dict:
+    config = {"engine": {"backend": args.backend, "speedup_ratio": 1.0, "num_gpu_blocks": args.blocks,
+                         "block_size": 16, "max_num_seqs": args.clients + 64,
+                         "max_num_batched_tokens": 8192}}
+    eng = await LiveEngine.start(config, buffering=FullResponse())
+    eng.lateness_ms = []
+    origin = eng._origin            # noqa: SLF001 — the modeled clock's wall origin (loop.time())
+    loop = asyncio.get_running_loop()
+    stop_at = loop.time() + args.seconds
+    # per token: modeled ms, consumer lateness ms, delivery lateness ms (flat, untracked by the GC)
+    modeled_a, late_a, deliv_a = array.array("d"), array.array("d"), array.array("d")
+    served = 0
+    rng = random.Random(args.seed)
+
+    async def client(i: int) -> None:
+        nonlocal served
+        crng = random.Random(rng.random())
+        # ramp up over the first second so the first pass is not a 2,000-prompt prefill
+        await asyncio.sleep(crng.random())
+        while loop.time() < stop_at:
+            prompt = [crng.randrange(1, 30000) for _ in range(crng.randint(64, 256))]
+            s = await eng.submit(DirectRequest(tokens=prompt, max_output_tokens=crng.randint(100, 400)))
+            async for sig in s:
+                now = loop.time()
+                m = sig.modeled_ms
+                modeled_a.append(m)
+                late_a.append((now - origin) * 1000.0 - m)
+                deliv_a.append((sig.observed_at - origin) * 1000.0 - m)
+            served += 1
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*[client(i) for i in range(args.clients)])
+    wall = time.perf_counter() - t0
+    passes = eng.passes
+    pass_late = np.array(eng.lateness_ms)
+    await eng.shutdown()
+
+    modeled, late, deliv = np.frombuffer(modeled_a), np.frombuffer(late_a), np.frombuffer(deliv_a)
+    warm = modeled > 2000.0                       # skip the ramp-up
+    windows = []
+    edges = np.arange(0.0, modeled.max() + args.window * 1000.0, args.window * 1000.0)
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        m = (modeled >= lo) & (modeled < hi)
+        if m.sum():
+            windows.append({"from_s": lo / 1000.0, "tokens": int(m.sum()),
+                            "p50_ms": float(np.percentile(late[m], 50)),
+                            "p99_ms": float(np.percentile(late[m], 99)),
+                            "max_ms": float(late[m].max())})
+    return {
+        "clients": args.clients, "backend": args.backend, "seconds": args.seconds,
+        "wall_s": wall, "requests_completed": served, "tokens": int(len(late)), "passes": passes,
+        "tokens_per_s": len(late) / wall,
+        "lateness_ms": {"p50": float(np.percentile(late[warm], 50)), "p90": float(np.percentile(late[warm], 90)),
+                        "p99": float(np.percentile(late[warm], 99)), "max": float(late[warm].max()),
+                        "mean": float(late[warm].mean())},
+        "delivery_lateness_ms": {"p50": float(np.percentile(deliv[warm], 50)),
+                                 "p99": float(np.percentile(deliv[warm], 99)), "max": float(deliv[warm].max())},
+        "pass_lateness_ms": {"p50": float(np.percentile(pass_late, 50)), "p99": float(np.percentile(pass_late, 99)),
+                             "max": float(pass_late.max())},
+        "drift_ms_per_min": float(np.polyfit(modeled[warm] / 60000.0, late[warm], 1)[0]) if warm.sum() > 2 else None,
+        "windows": windows,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--clients", type=int, default=2000)
+    ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--window", type=float, default=10.0, help="seconds per drift window")
+    ap.add_argument("--backend", default="vllm", choices=["vllm", "sglang", "trtllm"])
+    ap.add_argument("--blocks", type=int, default=65536)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--uvloop", action="store_true", help="run on uvloop (pip install uvloop)")
+    ap.add_argument("--gc-freeze", action="store_true",
+                    help="gc.freeze() after start-up and raise the GC thresholds (fewer collection pauses)")
+    ap.add_argument("--json", action="store_true", help="print the raw figures as JSON")
+    args = ap.parse_args()
+    if args.gc_freeze:
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(100_000, 50, 100)
+    if args.uvloop:
+        import uvloop
+        res = uvloop.run(run(args))
+    else:
+        res = asyncio.run(run(args))
+    res["uvloop"], res["gc_freeze"] = args.uvloop, args.gc_freeze
+    if args.json:
+        print(json.dumps(res, indent=2))
+        return
+    lt, pl = res["lateness_ms"], res["pass_lateness_ms"]
+    print(f"{res['clients']} streams, {res['backend']}, speedup 1, "
+          f"{'uvloop' if res['uvloop'] else 'asyncio'}{', gc frozen' if res['gc_freeze'] else ''}, "
+          f"{res['wall_s']:.1f} s wall: "
+          f"{res['tokens']} tokens ({res['tokens_per_s']:.0f}/s), {res['requests_completed']} requests, "
+          f"{res['passes']} passes")
+    print(f"token lateness at the consumer (ms): p50 {lt['p50']:.2f}  p90 {lt['p90']:.2f}  "
+          f"p99 {lt['p99']:.2f}  max {lt['max']:.2f}  mean {lt['mean']:.2f}")
+    dl = res["delivery_lateness_ms"]
+    print(f"token lateness at hand-out by the engine (ms): p50 {dl['p50']:.2f}  p99 {dl['p99']:.2f}  "
+          f"max {dl['max']:.2f}")
+    print(f"pass-end lateness of the loop (ms): p50 {pl['p50']:.2f}  p99 {pl['p99']:.2f}  max {pl['max']:.2f}")
+    print(f"drift (slope of lateness over modeled time): {res['drift_ms_per_min']:+.3f} ms/min")
+    for w in res["windows"]:
+        print(f"  t={w['from_s']:5.0f}s  tokens {w['tokens']:7d}  p50 {w['p50_ms']:6.2f}  "
+              f"p99 {w['p99_ms']:6.2f}  max {w['max_ms']:7.2f} ms")
+
+
+if __name__ == "__main__":
+    main()
