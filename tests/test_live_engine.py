@@ -336,3 +336,27 @@ def test_kv_events_rebuild_the_cached_hash_set(backend):
         await eng.shutdown()
         assert sink.closed
     run(main())
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_forward_pass_metrics_describe_each_pass(backend):
+    async def main():
+        snaps = []
+        eng = await LiveEngine.start(cfg(backend, speedup=1.0, block_size=4),
+                                     fpm_sink=lambda rank, s: snaps.append((rank, s)))
+        a, b = await asyncio.gather(
+            eng.submit(DirectRequest(tokens=list(range(1, 41)), max_output_tokens=3)),
+            eng.submit(DirectRequest(tokens=list(range(100, 124)), max_output_tokens=3)))
+        await collect(a)
+        await collect(b)
+        await eng.shutdown()
+        first = snaps[0][1]
+        assert (first.num_prefill_requests, first.sum_prefill_tokens, first.sum_prefill_kv_tokens) == (2, 64, 0)
+        assert first.var_prefill_length == pytest.approx(64.0)          # lengths 40 and 24
+        assert first.wall_time_secs > 0
+        decodes = [s for _, s in snaps if s.num_decode_requests]
+        assert decodes and all(s.num_prefill_requests == 0 for s in decodes)
+        assert decodes[0].num_decode_requests == 2
+        assert decodes[0].sum_decode_kv_tokens == 40 + 24 + 2          # context before the 2nd token
+        assert sum(s.num_decode_requests for s in decodes) == 4           # tokens 2 and 3 of each
+    run(main())

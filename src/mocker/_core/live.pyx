@@ -268,9 +268,59 @@ cdef class LiveCore:
         return (active, rk.num_blocks, <int64_t>rk.running.size(), <int64_t>rk.waiting.size(),
                 rk.preemptions_total)
 
+    def pass_fpm(self, int64_t rank):
+        """Forward-pass metrics of rank ``rank``'s last pass (spec live §5.2), in the field
+        order of ``ForwardPassSnapshot`` without the wall time: scheduled prefill (count, Σ new
+        prompt tokens, variance of those, Σ tokens already in KV), decode (count, Σ context
+        tokens, variance), then the queue left behind (prefill count, Σ tokens, variance;
+        decode count, Σ, variance)."""
+        cdef Rank rk = <Rank>self.ranks[rank]
+        cdef int64_t pid = rk.pass_id
+        cdef rid_t r
+        cdef size_t i
+        cdef double pn = 0, ps = 0, pss = 0, pkv = 0, dn = 0, ds = 0, dss = 0, x
+        cdef double qn = 0, qs = 0, qss = 0
+        if self.stepped[rank]:
+            for i in range(rk.running.size() + rk.out_completed.size() + rk.waiting.size()):
+                if i < rk.running.size():
+                    r = rk.running[i]
+                elif i < rk.running.size() + rk.out_completed.size():
+                    r = rk.out_completed[i - rk.running.size()]
+                else:
+                    r = rk.waiting[i - rk.running.size() - rk.out_completed.size()]
+                if self.t.sched_pass[r] == pid and self.t.sched_prompt[r] > 0:
+                    x = <double>self.t.sched_prompt[r]
+                    pn += 1
+                    ps += x
+                    pss += x * x
+                    pkv += <double>self.t.sched_before[r]
+            for r in rk.out_emitted:
+                if self.t.sched_pass[r] == pid and self.t.sched_prompt[r] > 0:
+                    continue                    # its first token: a prefill
+                x = <double>(self.t.prompt_len[r] + self.t.generated[r] - 1)
+                dn += 1
+                ds += x
+                dss += x * x
+        for r in rk.waiting:
+            x = <double>(self.t.prompt_len[r] + self.t.generated[r] - self.t.computed[r])
+            qn += 1
+            qs += x
+            qss += x * x
+        return (int(pn), int(ps), _var(pn, ps, pss), int(pkv), int(dn), int(ds), _var(dn, ds, dss),
+                int(qn), int(qs), _var(qn, qs, qss), 0, 0, 0.0)
+
     def pass_stats(self, int64_t rank):
         """What rank ``rank`` did in the last pass: ``(stepped, prefill_n, decode_n,
         committed_prefill_tokens, start, end)``."""
         cdef Rank rk = <Rank>self.ranks[rank]
         return (bool(self.stepped[rank]), rk.out.prefill_n, rk.out.decode_n,
                 rk.out.committed_prefill, rk.out.start, rk.out.end)
+
+
+cdef double _var(double n, double s, double ss):
+    """Population variance from a count, a sum and a sum of squares."""
+    if n <= 0:
+        return 0.0
+    cdef double m = s / n
+    cdef double v = ss / n - m * m
+    return v if v > 0.0 else 0.0

@@ -255,6 +255,9 @@ cdef class SglangRank(Rank):
             self.t.status[r] = ST_RUNNING
             isl += start + chunk
             pre += prefix_len
+            self.t.sched_pass[r] = self.pass_id     # per-pass record (forward-pass metrics)
+            self.t.sched_prompt[r] = chunk
+            self.t.sched_before[r] = prefix_len
             self.out.committed_prefill += chunk
             rem_total -= <double>(charged + reserve)
             rem_input -= charged

@@ -790,16 +790,9 @@ class LiveEngine:
         core = self._core
         snaps = []
         for rank in range(self.dp_size):
-            stepped, prefill_n, decode_n, committed, _, _ = core.pass_stats(rank)
-            if not stepped:
+            if not core.pass_stats(rank)[0]:
                 continue
-            _, _, running, waiting, _ = core.rank_metrics(rank)
-            snap = ForwardPassSnapshot(
-                num_prefill_requests=prefill_n, sum_prefill_tokens=committed, var_prefill_length=0.0,
-                sum_prefill_kv_tokens=0, num_decode_requests=decode_n, sum_decode_kv_tokens=0,
-                var_decode_kv_tokens=0.0, num_queued_prefill=waiting, sum_queued_prefill_tokens=0,
-                var_queued_prefill_length=0.0, num_queued_decode=0, sum_queued_decode_kv_tokens=0,
-                var_queued_decode_kv_tokens=0.0, wall_time_secs=(end - start) / 1000.0)
+            snap = ForwardPassSnapshot(*core.pass_fpm(rank), wall_time_secs=(end - start) / 1000.0)
             snaps.append((rank, snap))
         return snaps
 
