@@ -363,3 +363,18 @@ def test_prometheus_exposition_names():
         assert q[0].value == 3 * 32
         await ctx.cleanup()
     run(main())
+
+
+def test_engine_shutdown_under_open_streams_still_ends_each_with_a_terminal():
+    async def main():
+        ctx = await started(cfg(speedup=1.0))
+        streams = [await ctx.generate(req(max_tokens=10_000)) for _ in range(3)]
+        await streams[0].__anext__()
+        await ctx.engine.shutdown()                      # not a cleanup: the engine just goes away
+        for s in streams:
+            rest = await chunks(s)
+            assert [c.finish_reason for c in rest if c.finish_reason is not None] == [FinishReason.ERROR]
+            assert rest[-1].error_message == "All output transmitters closed"
+        assert ctx.engine.active_request_count() == 0
+        await ctx.cleanup()
+    run(main())
