@@ -519,7 +519,7 @@ class LiveEngine:
             self._in_pass = False
             self._t = end
             self._publish_pass(prepared)
-            if prepared[4]:
+            if prepared[4][0]:
                 # let the consumers take their tokens before the next pass is computed (its
                 # modeled times do not depend on when that happens)
                 await asyncio.sleep(0)
@@ -631,7 +631,7 @@ class LiveEngine:
         kv = self._collect_kv_events() if self._events else None
         fpm = self._collect_fpm(start, end) if self._fpm_sink is not None else None
         done = set(completed.tolist())
-        out = []                        # (route, signal) in delivery order
+        out_r, out_s = [], []           # routes and their signals, in delivery order
         finished = []
         for row in emitted.tolist():
             route = by_row.get(row)
@@ -645,7 +645,8 @@ class LiveEngine:
             if not route.first_sent:
                 route.first_sent = True
                 cached = route.cached or 0
-            out.append((route, OutputSignal(route.client_id, tok, last, False, cached, end)))
+            out_r.append(route)
+            out_s.append(OutputSignal(route.client_id, tok, last, False, cached, end))
             if last:
                 done.discard(row)
                 finished.append(route)
@@ -654,15 +655,17 @@ class LiveEngine:
             if route is not None:
                 cached = None if route.first_sent else (route.cached or 0)
                 route.first_sent = True
-                out.append((route, OutputSignal(route.client_id, None, True, False, cached, end)))
+                out_r.append(route)
+                out_s.append(OutputSignal(route.client_id, None, True, False, cached, end))
                 finished.append(route)
         for row in rejected.tolist():
             route = by_row.get(row)
             if route is not None:
                 route.first_sent = True
-                out.append((route, OutputSignal(route.client_id, None, True, True, None, end)))
+                out_r.append(route)
+                out_s.append(OutputSignal(route.client_id, None, True, True, None, end))
                 finished.append(route)
-        return end, admitted, kv, fpm, out, finished
+        return end, admitted, kv, fpm, (out_r, out_s), finished
 
     def _publish_pass(self, prepared: tuple) -> None:
         """The boundary transaction: admissions → KV events + forward-pass metrics → output
@@ -678,7 +681,7 @@ class LiveEngine:
             self._send_fpm(fpm)
         wall = time.monotonic()
         overflowed = []
-        for route, sig in out:
+        for route, sig in zip(*out):
             if route.abandoned:
                 continue
             stream = route.stream
