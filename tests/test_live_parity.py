@@ -7,6 +7,7 @@ speedup ratio keeps it short) or unpaced (speedup 0 is "infinite speed").  Per r
 compare the first, second and last token times, the token count, and the admission cache hit.
 """
 import asyncio
+import os
 import json
 import random
 
@@ -107,3 +108,34 @@ def test_live_run_matches_offline_replay(tmp_path, case, paced):
             mismatches.append((r, got, want))
         assert sigs and sigs[-1].completed and sum(s.completed for s in sigs) == 1
     assert not mismatches, f"{len(mismatches)}/{len(live)} requests differ, first: {mismatches[:3]}"
+
+
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
+
+
+@settings(max_examples=int(os.environ.get("MOCKER_LIVE_FUZZ_EXAMPLES", 30)), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000), backend=st.sampled_from(["vllm", "sglang", "trtllm"]),
+       blocks=st.sampled_from([48, 96, 400]), bs=st.sampled_from([4, 16]),
+       seqs=st.sampled_from([4, 16, 256]), n=st.integers(5, 60), dp=st.sampled_from([1, 1, 2]))
+def test_live_matches_offline_on_random_workloads(tmp_path, seed, backend, blocks, bs, seqs, n, dp):
+    """Unpaced live runs against the offline replay over random traces and pool pressures."""
+    engine = {"backend": backend, "num_gpu_blocks": blocks, "block_size": bs, "max_num_seqs": seqs,
+              "speedup_ratio": 0.0}
+    if backend == "sglang":
+        engine["sglang"] = {"chunked_prefill_size": 8 * bs}
+    config = normalize_config({"engine": engine, "dp_size": dp})
+    w = load_mooncake(_trace(tmp_path, seed, n, 200, max_blocks=6, max_out=30), trace_block_size=16)
+    try:
+        sim = simulate(w, config)
+    except Exception:                       # the offline run refuses or stalls: nothing to compare
+        assume(False)
+    cols = sim.table.columns()
+    live = asyncio.run(asyncio.wait_for(_live(config, _requests(w)), 60))
+    for r, sigs in enumerate(live):
+        toks = [s for s in sigs if s.token_id is not None]
+        assert len(toks) == int(cols["output_length"][r]), r
+        if toks:
+            assert toks[0].modeled_ms == pytest.approx(float(cols["first_token_ms"][r]), rel=1e-9, abs=1e-9)
+            assert toks[-1].modeled_ms == pytest.approx(float(cols["last_token_ms"][r]), rel=1e-9, abs=1e-9)
+        assert sigs[-1].completed and sum(s.completed for s in sigs) == 1
