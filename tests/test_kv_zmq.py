@@ -155,6 +155,14 @@ def _replay(ctx, endpoint: str, start_seq: int, topic_frame: bool = True) -> lis
         dealer.close()
 
 
+def _eventually(cond, timeout_s: float = 5.0) -> None:
+    """The publisher thread updates its counters after sending: poll for them."""
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.002)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -327,7 +335,7 @@ def test_ring_buffer_evicts_oldest_and_start_beyond_last_is_sentinel_only(ctx, m
     assert [_events(p)[0]["block_hashes"] for _, p in got] == [[8], [9]]
     assert _replay(ctx, pub.replay_endpoint, 10) == []
     assert _replay(ctx, pub.replay_endpoint, 1 << 40) == []
-    assert pub.stats["replays_served"] == 4
+    _eventually(lambda: pub.stats["replays_served"] == 4)   # counted after the sentinel went out
 
 
 def test_malformed_replay_requests_are_ignored(ctx, make_pub):
@@ -344,7 +352,7 @@ def test_malformed_replay_requests_are_ignored(ctx, make_pub):
     assert _recv(dealer)[2] == (0).to_bytes(8, "big")
     assert _recv(dealer)[2] == END_SEQ
     dealer.close()
-    assert pub.stats["bad_replay_requests"] == 3
+    _eventually(lambda: pub.stats["bad_replay_requests"] == 3)
 
 
 def test_publish_after_close_raises_and_fanout_absorbs_it(make_pub):
@@ -556,6 +564,10 @@ def test_vllm_subscriber_recovers_missed_batches_by_replay(ctx, make_pub):
     for _ in range(60):                                # published while nobody listens
         model.emit(pub, model.batch())
     missed = set(range(first_missed, pub.next_seq))
+    # the publisher thread sends asynchronously: let it put them on the wire (to nobody) before
+    # a new subscriber could still catch them live
+    _eventually(lambda: pub.stats["sent"] + pub.stats["send_failures"] >= pub.next_seq)
+    time.sleep(0.05)
 
     sub.connect(model)                                 # the first live probe reveals the gap
     for _ in range(40):
