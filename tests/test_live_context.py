@@ -378,3 +378,22 @@ def test_engine_shutdown_under_open_streams_still_ends_each_with_a_terminal():
         assert ctx.engine.active_request_count() == 0
         await ctx.cleanup()
     run(main())
+
+
+def test_forward_pass_metrics_reach_the_sink_as_msgpack_maps():
+    import msgpack
+    async def main():
+        got = []
+        ctx = MockerContext(cfg(speedup=100.0), fpm_sink=lambda topic, payload: got.append((topic, payload)),
+                            worker_id="w1")
+        await ctx.start()
+        await chunks(await ctx.generate(req(tokens=range(1, 21), max_tokens=3)))
+        await ctx.cleanup()
+        msgs = [msgpack.unpackb(p) for t, p in got]
+        assert {t for t, _ in got} == {"forward-pass-metrics"}
+        assert [m["counter_id"] for m in msgs] == list(range(1, len(msgs) + 1))
+        assert msgs[0]["worker_id"] == "w1" and msgs[0]["version"] == 1
+        assert msgs[0]["scheduled_requests"]["num_prefill_requests"] == 1
+        assert msgs[0]["scheduled_requests"]["sum_prefill_tokens"] == 20
+        assert sum(m["scheduled_requests"]["num_decode_requests"] for m in msgs) == 2
+    run(main())

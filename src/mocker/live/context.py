@@ -114,7 +114,9 @@ class MockerContext:
     ``await cleanup()``."""
 
     def __init__(self, config: Any = None, *, model_name: str = "mocker-model", seed: int | None = None,
-                 prometheus: bool = True, registry=None):
+                 prometheus: bool = True, registry=None, fpm_sink=None, worker_id: str | None = None):
+        """``fpm_sink(topic, payload)``: receives every forward-pass-metrics message (the msgpack
+        map of spec live §5.2 on topic ``forward-pass-metrics``, with idle heartbeats)."""
         try:
             self.config = normalize_config(config)
             eng, dyn = self.config["engine"], self.config["dynamo"]
@@ -145,6 +147,9 @@ class MockerContext:
         self._want_prometheus = prometheus
         self._registry = registry
         self.prometheus = None
+        self._fpm_sink = fpm_sink
+        self.worker_id = worker_id if worker_id is not None else str(uuidlib.uuid4())
+        self._fpm = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -157,14 +162,26 @@ class MockerContext:
                 from mocker.events.metrics import PrometheusMetrics
                 self.prometheus = PrometheusMetrics(self.engine_type, self._registry)
             self._sinks = self._make_kv_sinks()
+            fpm_hook = None
+            if self._fpm_sink is not None:
+                try:
+                    from mocker.events.metrics import FpmPublisher
+                    self._fpm = FpmPublisher(self.worker_id, self._fpm_sink, dp_size=self.dp_size)
+                    self._fpm.start()
+                    fpm_hook = lambda rank, snap: self._fpm.publish(snap, rank)   # noqa: E731
+                except Exception:     # noqa: BLE001 — serving goes on without forward-pass metrics
+                    log.exception("creating the forward-pass metrics publisher failed")
+                    self._fpm = None
             self.engine = await LiveEngine.start(self.config, buffering=FullResponse(),
-                                                 kv_event_sinks=self._sinks or None)
+                                                 kv_event_sinks=self._sinks or None, fpm_sink=fpm_hook)
             if self.prometheus is not None:
                 for rank in range(self.dp_size):
                     self._spawn(self._watch_metrics(rank))
         except BaseException as e:
             for s in self._sinks:
                 s.close()
+            if self._fpm is not None:
+                await self._fpm.aclose()
             self._failure = str(e) or type(e).__name__
             self._state = "failed"
             self._ready.set()
@@ -222,6 +239,8 @@ class MockerContext:
         await asyncio.sleep(0)
         if self.engine is not None:
             await self.engine.shutdown()
+        if self._fpm is not None:
+            await self._fpm.aclose()
         for t in list(self._tasks):
             t.cancel()
         if self._tasks:
