@@ -160,7 +160,7 @@ class MockerContext:
         try:
             if self._want_prometheus:
                 from mocker.events.metrics import PrometheusMetrics
-                self.prometheus = PrometheusMetrics(self.engine_type, self._registry)
+                self.prometheus = PrometheusMetrics(self.engine_type, self._registry, dp_size=self.dp_size)
             self._sinks = self._make_kv_sinks()
             fpm_hook = None
             if self._fpm_sink is not None:
