@@ -360,3 +360,18 @@ def test_forward_pass_metrics_describe_each_pass(backend):
         assert decodes[0].sum_decode_kv_tokens == 40 + 24 + 2          # context before the 2nd token
         assert sum(s.num_decode_requests for s in decodes) == 4           # tokens 2 and 3 of each
     run(main())
+
+
+def test_closing_a_stream_while_its_submit_waits_does_not_hang_the_submitter():
+    async def main():
+        eng = await LiveEngine.start(cfg(speedup=1.0))
+        await eng.submit(DirectRequest(tokens=list(range(3000)), max_output_tokens=2))   # a long pass runs
+        reg, s = eng.prepare_request(DirectRequest(tokens=[1] * 8, max_output_tokens=5, uuid="q"))
+        pending = asyncio.ensure_future(eng.submit_prepared(reg))
+        await asyncio.sleep(0)
+        s.close()
+        await asyncio.wait_for(pending, 5)
+        assert await s.recv() is None
+        await idle(eng)
+        await eng.shutdown()
+    run(main())

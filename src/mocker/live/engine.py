@@ -600,6 +600,8 @@ class LiveEngine:
         if route.state == "closed":
             return
         route.state = "closed"
+        if route.ack is not None and not route.ack.done():
+            route.ack.set_result(None)      # a pending submit returns; its stream has ended
         if self._routes.get(route.client_id) is route:
             del self._routes[route.client_id]
         if route.stream is not None:
