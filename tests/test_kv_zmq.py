@@ -20,9 +20,9 @@ from typing import Any, Union
 
 import pytest
 
-zmq = pytest.importorskip("zmq")
-msgpack = pytest.importorskip("msgpack")
-msgspec = pytest.importorskip("msgspec")
+import msgpack  # noqa: E402
+import msgspec  # noqa: E402
+import zmq  # noqa: E402
 
 from mocker.events.kv import (AllBlocksCleared, BlockRemoved, BlockStored,  # noqa: E402
                               KvEventBatch)

@@ -7,7 +7,6 @@ import logging
 import msgpack
 import pytest
 
-pytest.importorskip("prometheus_client")
 from prometheus_client import CollectorRegistry  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 

@@ -4,7 +4,6 @@ hashes the engine's cache holds — also after it was disconnected and recovered
 batches through the replay socket (issue 5, third point)."""
 import asyncio
 import random
-from typing import Any, Union
 
 import msgspec
 import pytest
@@ -16,43 +15,9 @@ from mocker.live.engine import DirectRequest, FullResponse, LiveEngine
 END = (-1).to_bytes(8, "big", signed=True)
 
 
-# vllm/distributed/kv_events.py, as documented: an array-like batch of tagged event maps;
-# lora_id, medium and lora_name are declared without defaults.
-class EventBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
-    ts: float
-    events: list[Any]
-    data_parallel_rank: Union[int, None] = None
-
-
-class KVCacheEvent(msgspec.Struct, omit_defaults=True, gc=False, tag=True):
-    pass
-
-
-class BlockStored(KVCacheEvent):
-    block_hashes: list[int]
-    parent_block_hash: Union[int, None]
-    token_ids: list[int]
-    block_size: int
-    lora_id: Union[int, None]
-    medium: Union[str, None]
-    lora_name: Union[str, None]
-    extra_keys: Union[list[Any], None] = None
-    group_idx: Union[int, None] = None
-
-
-class BlockRemoved(KVCacheEvent):
-    block_hashes: list[int]
-    medium: Union[str, None]
-    group_idx: Union[int, None] = None
-
-
-class AllBlocksCleared(KVCacheEvent):
-    pass
-
-
-class KVEventBatch(EventBatch):
-    events: list[Union[BlockStored, BlockRemoved, AllBlocksCleared]]
-
+# vLLM's event structs with the fields it declares required (lora_id, medium, lora_name):
+# written once, in test_kv_zmq
+from test_kv_zmq import SBlockRemoved as BlockRemoved, SBlockStored as BlockStored, SKVEventBatch as KVEventBatch  # noqa: E402
 
 DECODER = msgspec.msgpack.Decoder(KVEventBatch)
 
@@ -87,11 +52,10 @@ class Subscriber:
                 assert len(ev.token_ids) == len(ev.block_hashes) * ev.block_size
                 assert ev.parent_block_hash is None or ev.parent_block_hash in self.blocks
                 self.blocks.update(ev.block_hashes)
-            elif isinstance(ev, BlockRemoved):
+            else:
+                assert isinstance(ev, BlockRemoved)
                 assert set(ev.block_hashes) <= self.blocks
                 self.blocks.difference_update(ev.block_hashes)
-            else:
-                self.blocks.clear()
         self.last = seq
 
     def _replay(self, upto):

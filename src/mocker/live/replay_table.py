@@ -23,6 +23,8 @@ import logging
 import os
 from typing import Any, Iterable, Mapping, Sequence
 
+from mocker.live.shaping import serde_type_name
+
 __all__ = ["ReplayTableError", "ResponseReplayTable", "REPLAY_ANNOTATION_PREFIX",
            "replay_key", "effective_replay_key", "resolve_planned_tokens"]
 
@@ -91,19 +93,8 @@ def _no_constant(name: str) -> Any:
 
 
 def _serde_type(v: Any) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return f"boolean `{str(v).lower()}`"
-    if isinstance(v, int):
-        return f"integer `{v}`"
-    if isinstance(v, float):
-        return f"floating point `{v!r}`"
-    if isinstance(v, str):
-        return f"string {json.dumps(v)}"
-    if isinstance(v, _Obj):
-        return "map"
-    return "sequence"
+    # rows are parsed with an object-pairs hook: a JSON object arrives as ``_Obj`` (a list)
+    return "map" if isinstance(v, _Obj) else serde_type_name(v)
 
 
 def _has_lone_surrogate(v: Any) -> bool:

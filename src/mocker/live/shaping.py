@@ -42,8 +42,8 @@ def random_token(rng: random.Random) -> int:
     return rng.randrange(RANDOM_TOKEN_LOW, RANDOM_TOKEN_HIGH)
 
 
-def _type_name(v: Any) -> str:
-    """serde's description of an unexpected JSON value."""
+def serde_type_name(v: Any) -> str:
+    """serde's description of an unexpected JSON value (as in the reference's error texts)."""
     if v is None:
         return "null"
     if isinstance(v, bool):
@@ -92,14 +92,14 @@ class ReasoningConfig:
         for name in ("start_thinking_token_id", "end_thinking_token_id"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int):
-                raise ConfigError(f"reasoning.{name}: invalid type: {_type_name(v)}, "
+                raise ConfigError(f"reasoning.{name}: invalid type: {serde_type_name(v)}, "
                                   "expected u32")
             if not 0 <= v <= U32_MAX:
                 raise ConfigError(f"reasoning.{name}: invalid value: integer `{v}`, "
                                   "expected u32")
         r = self.thinking_ratio
         if isinstance(r, bool) or not isinstance(r, (int, float)):
-            raise ConfigError(f"reasoning.thinking_ratio: invalid type: {_type_name(r)}, "
+            raise ConfigError(f"reasoning.thinking_ratio: invalid type: {serde_type_name(r)}, "
                               "expected f64")
         if not 0.0 <= r <= 1.0:          # NaN fails too
             raise ConfigError(f"reasoning.thinking_ratio: must be between 0.0 and 1.0, got {r}")
@@ -111,7 +111,7 @@ class ReasoningConfig:
         if isinstance(value, ReasoningConfig):
             return value
         if not isinstance(value, Mapping):
-            raise ConfigError(f"reasoning: invalid type: {_type_name(value)}, "
+            raise ConfigError(f"reasoning: invalid type: {serde_type_name(value)}, "
                               "expected struct ReasoningConfig")
         for k in value:
             if k not in _REASONING_FIELDS:
@@ -377,14 +377,14 @@ def _control(value: Any, kind: str) -> Any:
     if kind == "string":
         if isinstance(value, str):
             return value
-        raise ValueError(f"invalid type: {_type_name(value)}, expected a string")
+        raise ValueError(f"invalid type: {serde_type_name(value)}, expected a string")
     if kind == "bool":
         if isinstance(value, bool):
             return value
-        raise ValueError(f"invalid type: {_type_name(value)}, expected a boolean")
+        raise ValueError(f"invalid type: {serde_type_name(value)}, expected a boolean")
     # i64
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"invalid type: {_type_name(value)}, expected i64")
+        raise ValueError(f"invalid type: {serde_type_name(value)}, expected i64")
     if not _I64_MIN <= value <= _I64_MAX:
         raise ValueError(f"invalid value: integer `{value}`, expected i64")
     return value
@@ -405,7 +405,7 @@ def parse_sglang_tito(extra_args: Any, fallback_request_id: str,
     payload = extra_args[SGLANG_TITO_KEY]
     if not isinstance(payload, Mapping):
         raise InvalidArgument(f"invalid extra_args.{SGLANG_TITO_KEY}: invalid type: "
-                              f"{_type_name(payload)}, expected struct NativeControls")
+                              f"{serde_type_name(payload)}, expected struct NativeControls")
     try:
         rid = _control(payload.get("rid"), "string")
         return_logprob = _control(payload.get("return_logprob"), "bool")
