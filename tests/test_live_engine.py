@@ -375,3 +375,43 @@ def test_closing_a_stream_while_its_submit_waits_does_not_hang_the_submitter():
         await idle(eng)
         await eng.shutdown()
     run(main())
+
+
+def test_admissions_are_observed_before_the_request_output():
+    async def main():
+        seen = []
+        eng = await LiveEngine.start(cfg(), admission_observer=lambda cid, rank, at: seen.append(cid))
+        s = await eng.submit(DirectRequest(tokens=[4] * 16, max_output_tokens=2, uuid="obs"))
+        first = await s.recv()
+        assert seen == ["obs"] and first.token_id is not None
+        await collect(s)
+        await eng.shutdown()
+    run(main())
+
+
+def test_a_failing_admission_observer_fails_shutdown_the_same_way_twice():
+    async def main():
+        def boom(cid, rank, at):
+            raise RuntimeError("admission receiver closed")
+        eng = await LiveEngine.start(cfg(), admission_observer=boom)
+        s = await eng.submit(DirectRequest(tokens=[4] * 16, max_output_tokens=2))
+        assert await collect(s) == []                   # the stream still ends
+        for _ in range(2):
+            with pytest.raises(RuntimeError, match="admission receiver closed"):
+                await eng.shutdown()
+        assert eng.active_request_count() == 0
+    run(main())
+
+
+def test_aborting_the_caller_of_a_deferred_submit_still_cancels_the_request():
+    async def main():
+        eng = await LiveEngine.start(cfg(speedup=1.0))
+        await eng.submit(DirectRequest(tokens=list(range(3000)), max_output_tokens=1))    # a long pass
+        task = asyncio.ensure_future(eng.submit(DirectRequest(tokens=[1] * 8, max_output_tokens=500)))
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await idle(eng)
+        await eng.shutdown()
+    run(main())

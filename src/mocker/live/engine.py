@@ -608,6 +608,7 @@ class LiveEngine:
             route.stream._close()
         if route.row >= 0:
             self._by_row.pop(route.row, None)
+            self._core.cancel(route.row)        # no-op unless it is still scheduled (shutdown, failure)
             self._core.retire(route.row)
 
     # -- pass boundary -----------------------------------------------------------------------
