@@ -700,6 +700,16 @@ def sg_pool_trace():
     return out
 
 
+def sg_split_edge_trace(toucher_osl, probe):
+    """A cached 160-token edge (A), then B; at 200 a toucher re-sends A's first 80 tokens, so
+    its match (and, with one output token, its insert) stops inside A's edge; a 300-token
+    prompt then evicts 126 tokens and the probe re-sends A or B.  The split-off prefix keeps
+    A's old stamp (the reference's compressed radix node), so it goes before B."""
+    a, b = list(range(1, 11)), list(range(21, 31))
+    return [line(0, 160, 2, a), line(100, 160, 2, b), line(200, 80, toucher_osl, a[:5]),
+            line(300, 300, 2, range(100, 119)), line(400, 160, 2, a if probe == "A" else b)]
+
+
 def sglang_scenarios():
     tiny = tiny_trace()
     mix = mixed_trace(11)
@@ -858,6 +868,17 @@ def sglang_scenarios():
           "max_model_len 300, prefill_decode_interval 3, polynomial timing", trace_block_size=16,
           replay_concurrency=2,
           extra_engine_args=sg(block_size=16, num_gpu_blocks=300, max_model_len=300, prefill_decode_interval=3)),
+        # ---- stamps of a split radix edge (fuzz case 1301/146)
+        T("sglang_split_edge_match_probe_a", sg_split_edge_trace(0, "A"), "zero-output toucher matches "
+          "inside an edge: the matched prefix is not refreshed (probe A reuses 36)", trace_block_size=16,
+          extra_engine_args=sg(block_size=1, num_gpu_blocks=500, timing_model=FIXED_10_1)),
+        T("sglang_split_edge_match_probe_b", sg_split_edge_trace(0, "B"), "as above, probe B reuses 159",
+          trace_block_size=16, extra_engine_args=sg(block_size=1, num_gpu_blocks=500, timing_model=FIXED_10_1)),
+        T("sglang_split_edge_insert_probe_a", sg_split_edge_trace(1, "A"), "one-output toucher inserts one "
+          "page inside an edge: that page keeps the edge's old stamp (probe A reuses 79)", trace_block_size=16,
+          extra_engine_args=sg(block_size=1, num_gpu_blocks=500, timing_model=FIXED_10_1)),
+        T("sglang_split_edge_insert_probe_b", sg_split_edge_trace(1, "B"), "as above, probe B reuses 119",
+          trace_block_size=16, extra_engine_args=sg(block_size=1, num_gpu_blocks=500, timing_model=FIXED_10_1)),
         # ---- prompts larger than the pool
         T("sglang_prompt_over_pool_mml", [line(0, 300, 20, [1]), line(0, 2000, 10, [2, 3, 4, 5]),
                                           line(5, 200, 20, [6])],

@@ -17,6 +17,8 @@ cdef struct Node:
     int32_t lock         # requests whose path runs through the node
     slot_t only_child    # the single child while the node has never branched, else BRANCHED
                          # (then every child is in the hash index)
+    int8_t head          # first page of its compressed edge (the reference's radix node); pages of
+                         # one edge share their access stamp (see radix.pyx)
 
 # 32 bytes: two nodes per cache line, none straddles one.  Parents live in their own
 # small array: eviction walks a chain through them while the node accesses overlap.
@@ -56,11 +58,14 @@ cdef class RadixCache:
     cdef slot_t _child(self, slot_t p, hash_t h) noexcept nogil
     cdef void _index_kids_of(self, slot_t p) noexcept nogil
     cdef bint _indexed(self, slot_t s) noexcept nogil
-    cdef void lock_path(self, const hash_t* hs, int64_t n, int64_t stamp, vector[slot_t]* pages) noexcept nogil
-    cdef void unlock_path(self, const slot_t* pages, int64_t n, int64_t touch) noexcept nogil
+    cdef int64_t lock_path(self, const hash_t* hs, int64_t n, vector[slot_t]* pages) noexcept nogil
+    cdef void unlock_path(self, const slot_t* pages, int64_t n, int64_t touch, int64_t skip_lo, int64_t skip_hi) noexcept nogil
+    cdef bint is_edge_end(self, slot_t s) noexcept nogil
+    cdef void split_after(self, slot_t s) noexcept nogil
+    cdef slot_t lock_cached(self, slot_t page, slot_t s) noexcept nogil
     cdef bint alloc(self, int64_t k, vector[slot_t]* pages) noexcept nogil
     cdef void free_page(self, slot_t s) noexcept nogil
-    cdef slot_t insert_page(self, slot_t page, hash_t h, slot_t parent, int64_t stamp) noexcept nogil
+    cdef slot_t insert_page(self, slot_t page, hash_t h, slot_t parent, int64_t stamp, bint head) noexcept nogil
     cdef void _evict(self, int64_t k) noexcept nogil
     cdef void _push_leaf(self, slot_t s) noexcept nogil
     cdef uint64_t _home(self, hash_t h) noexcept nogil

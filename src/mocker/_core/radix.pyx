@@ -13,8 +13,17 @@ branching nodes are found through an open-addressing hash index.  Inserting and
 evicting a chain page therefore touches no index at all.
 
 Stamps of locked nodes are kept lazily: a request records the tick of its latest
-insert and writes it into its path when it unlocks (a locked node is never evicted, so
-its stamp only matters from then on).
+match-lock / insert and writes it into its path when it unlocks (a locked node is never
+evicted, so its stamp only matters from then on).
+
+The reference's tree is compressed: a node is an edge of several pages with one access
+stamp, and an operation refreshes only the edges it covers *completely*.  A match or an
+insert that stops (or diverges) inside an edge splits it, and the split-off prefix keeps
+the edge's old stamp.  Pages carry a ``head`` flag (first page of such an edge) so the
+same splits happen here; the caller leaves the pages of a split-off prefix out of its
+lazy touch (``skip_lo``/``skip_hi`` of ``unlock_path``).  Every page of an edge thus has the
+edge's stamp, and page-wise LRU eviction (tail first) equals the reference's partial
+eviction of the oldest leaf edge.
 """
 from libcpp.vector cimport vector
 from mocker._core._types cimport int64_t, hash_t, slot_t, KvEvent
@@ -34,6 +43,7 @@ cdef class RadixCache:
         blank.children = 0
         blank.lock = 0
         blank.only_child = BRANCHED
+        blank.head = 0
         self.nodes.assign(capacity, blank)
         self.parent.assign(capacity, OFF_TREE)
         while n < <uint64_t>(2 * capacity + 2):
@@ -125,28 +135,56 @@ cdef class RadixCache:
         self._descend(hs, n, &depth)
         return depth
 
-    cdef void lock_path(self, const hash_t* hs, int64_t n, int64_t stamp, vector[slot_t]* pages) noexcept nogil:
-        """Lock the first ``n`` (matched) pages, refresh their access stamp, append them to ``pages``."""
-        cdef int64_t depth = 0, base = <int64_t>pages.size(), i
+    cdef int64_t lock_path(self, const hash_t* hs, int64_t n, vector[slot_t]* pages) noexcept nogil:
+        """Lock the first ``n`` (matched) pages and append them to ``pages``.
+
+        Stamps are left to the caller's lazy touch.  If the match ends inside an edge, the edge
+        is split there; returns the path index where that split-off prefix starts (its pages
+        are not refreshed by this match), or ``n``.
+        """
+        cdef int64_t depth = 0, base = <int64_t>pages.size(), i, lo = n
         cdef slot_t s = self._descend(hs, n, &depth)
+        cdef slot_t last = s
         pages.resize(base + n)
         for i in range(n - 1, -1, -1):
             if self.nodes[s].lock == 0:
                 self.evictable -= 1
             self.nodes[s].lock += 1
-            self.nodes[s].stamp = stamp
             pages[0][base + i] = s
             s = self.parent[s]
+        if n > 0 and not self.is_edge_end(last):
+            self.split_after(last)
+            lo = n - 1
+            s = last
+            while not self.nodes[s].head:
+                s = self.parent[s]
+                lo -= 1
+        return lo
 
-    cdef void unlock_path(self, const slot_t* pages, int64_t n, int64_t touch) noexcept nogil:
-        """Release one holder of each tree page of a path; freed leaves become evictable."""
+    cdef bint is_edge_end(self, slot_t s) noexcept nogil:
+        """Whether tree page ``s`` is the last page of its edge."""
+        if self.nodes[s].children == 0 or self.nodes[s].only_child == BRANCHED:
+            return True             # a leaf, or a branching node (all its children start edges)
+        return self.nodes[self.nodes[s].only_child].head != 0
+
+    cdef void split_after(self, slot_t s) noexcept nogil:
+        """Split the edge running through ``s`` after it."""
+        if self.nodes[s].children > 0 and self.nodes[s].only_child != BRANCHED:
+            self.nodes[self.nodes[s].only_child].head = 1
+
+    cdef void unlock_path(self, const slot_t* pages, int64_t n, int64_t touch, int64_t skip_lo, int64_t skip_hi) noexcept nogil:
+        """Release one holder of each tree page of a path; freed leaves become evictable.
+
+        The pages get the holder's latest access ``touch``, except ``pages[skip_lo:skip_hi]`` (an
+        edge prefix that the holder's latest operation split off without refreshing it).
+        """
         cdef int64_t i
         cdef slot_t s
         for i in range(n - 1, -1, -1):
             s = pages[i]
             if i >= 8:
                 self.prefetch(pages[i - 8])
-            if touch > self.nodes[s].stamp:
+            if touch > self.nodes[s].stamp and (i < skip_lo or i >= skip_hi):
                 self.nodes[s].stamp = touch
             self.nodes[s].lock -= 1
             if self.nodes[s].lock == 0:
@@ -229,26 +267,32 @@ cdef class RadixCache:
         cdef slot_t p = self.parent[s]
         return p == ROOT or self.nodes[p].only_child == BRANCHED
 
-    cdef slot_t insert_page(self, slot_t page, hash_t h, slot_t parent, int64_t stamp) noexcept nogil:
+    cdef slot_t lock_cached(self, slot_t page, slot_t s) noexcept nogil:
+        """A request's private ``page`` duplicates tree page ``s``: free it, lock ``s`` instead
+        (its stamp is left to the caller's lazy touch)."""
+        self.free_slots.push_back(page)
+        if self.nodes[s].lock == 0:
+            self.evictable -= 1
+        self.nodes[s].lock += 1
+        return s
+
+    cdef slot_t insert_page(self, slot_t page, hash_t h, slot_t parent, int64_t stamp, bint head) noexcept nogil:
         """Insert private ``page`` holding content ``h`` under ``parent``, locked by its owner.
 
-        If ``h`` is already cached the private duplicate is freed and the existing node is
-        locked instead.  Returns the node now holding the content.
+        ``head``: the page starts a new edge (else it extends its parent's edge).  If ``h`` is
+        already cached the private duplicate is freed and the existing node is locked instead.
+        Returns the node now holding the content.
         """
         cdef slot_t s = self._child(parent, h)
         if s >= 0:
-            self.free_slots.push_back(page)
-            if self.nodes[s].lock == 0:
-                self.evictable -= 1
-            self.nodes[s].lock += 1
-            self.nodes[s].stamp = stamp
-            return s
+            return self.lock_cached(page, s)
         self.nodes[page].hash = h
         self.parent[page] = parent
         self.nodes[page].children = 0
         self.nodes[page].lock = 1
         self.nodes[page].stamp = stamp
         self.nodes[page].only_child = BRANCHED
+        self.nodes[page].head = 1 if (head or parent < 0 or self.nodes[parent].children > 0) else 0
         self.n_tree += 1
         if parent < 0:
             self._index_put(page)
@@ -257,6 +301,7 @@ cdef class RadixCache:
                 self.nodes[parent].only_child = page
             else:
                 if self.nodes[parent].only_child != BRANCHED:
+                    self.nodes[self.nodes[parent].only_child].head = 1      # a branch ends the edge
                     self._index_kids_of(parent)
                 self._index_put(page)
             self.nodes[parent].children += 1
@@ -305,6 +350,8 @@ cdef class RadixCache:
                 else:
                     assert self.nodes[p].children == 1 and self.nodes[p].only_child == s, \
                         f"page {s} is not its unbranched parent's only child"
+                if p == ROOT or self.nodes[p].only_child == BRANCHED:
+                    assert self.nodes[s].head, f"page {s} below the root or a branch does not start an edge"
                 if p >= 0:
                     assert self.parent[p] != OFF_TREE, f"page {s} has an evicted parent"
                     assert self.nodes[p].lock >= self.nodes[s].lock, f"parent of page {s} less locked than child"

@@ -28,7 +28,9 @@ cdef class SglangRank(Rank):
     cdef int64_t own_path_conflicts    # admissions refused because the matched path had to be evicted
     # per request (indexed by rid)
     cdef vector[int64_t] ins          # leading pages inserted in (and locked from) the tree
-    cdef vector[int64_t] touch        # clock of the request's latest insert
+    cdef vector[int64_t] touch        # clock of the request's latest match-lock / insert
+    cdef vector[int64_t] skip_lo      # path pages [skip_lo, skip_hi) that this latest operation
+    cdef vector[int64_t] skip_hi      # split off an edge without refreshing them
     # per-pass scratch
     cdef vector[rid_t] batch
     cdef int64_t _isl                 # prefill batch: Σ chunk ends

@@ -57,6 +57,8 @@ cdef class SglangRank(Rank):
         self.stall_is_fatal = True
         self.ins.resize(table.n, 0)
         self.touch.resize(table.n, 0)
+        self.skip_lo.resize(table.n, 0)
+        self.skip_hi.resize(table.n, 0)
 
     @property
     def cache_view(self):
@@ -76,26 +78,57 @@ cdef class SglangRank(Rank):
 
     # -- cache bookkeeping --------------------------------------------------------
     cdef void _cache_materialized(self, rid_t r) noexcept nogil:
-        """Insert the request's full materialized pages beyond those already inserted."""
-        cdef int64_t i, upto
-        cdef slot_t parent
+        """Insert the request's full materialized pages beyond those already inserted.
+
+        As in the reference's compressed tree: the insert refreshes the request's whole path
+        and every cached edge it runs through completely (lazily, see ``_drop``), new pages
+        extend the parent's edge when that is a leaf edge held by nobody else, and already
+        cached pages that end (or leave) an edge in its middle split it; that split-off
+        prefix keeps its old stamp.
+        """
+        cdef int64_t i, upto, lo, seg, skip_lo = 0, skip_hi = 0
+        cdef slot_t parent, s
+        cdef hash_t h
+        cdef bint dup = False, head
         if not self.caching:
             return
         upto = self.t.computed[r] // self.bs
         if upto > <int64_t>self.t.blocks[r].size():
             upto = <int64_t>self.t.blocks[r].size()
-        if upto <= self.ins[r]:
-            return              # nothing new: the path keeps the stamp of its last insert
+        lo = self.ins[r]
+        if upto <= lo:
+            return              # nothing new: the path keeps the stamp of its last operation
         cdef int64_t stamp = self.cache.tick()
         self.touch[r] = stamp
-        for i in range(self.ins[r], upto):
+        seg = lo
+        for i in range(lo, upto):
             if i + 8 < upto:
                 self.cache.prefetch(self.t.blocks[r][i + 8])
             parent = self.t.blocks[r][i - 1] if i > 0 else -1
+            h = self.t.block_hash(r, i)
+            s = self.cache._child(parent, h)
+            if s >= 0:
+                if self.cache.nodes[s].head:
+                    seg = i
+                self.t.blocks[r][i] = self.cache.lock_cached(self.t.blocks[r][i], s)
+                dup = True
+                continue
+            if dup and not self.cache.is_edge_end(parent):
+                self.cache.split_after(parent)          # leaves a cached edge in its middle
+                skip_lo = seg
+                skip_hi = i
+            head = (parent < 0 or self.cache.nodes[parent].children > 0
+                    or self.cache.nodes[parent].lock != 1)
             self.cache.ev_rid = r
             self.cache.ev_pos = <int32_t>i
-            self.t.blocks[r][i] = self.cache.insert_page(self.t.blocks[r][i], self.t.block_hash(r, i),
-                                                         parent, stamp)
+            self.t.blocks[r][i] = self.cache.insert_page(self.t.blocks[r][i], h, parent, stamp, head)
+            dup = False
+        if dup and not self.cache.is_edge_end(self.t.blocks[r][upto - 1]):
+            self.cache.split_after(self.t.blocks[r][upto - 1])      # ends inside a cached edge
+            skip_lo = seg
+            skip_hi = upto
+        self.skip_lo[r] = skip_lo
+        self.skip_hi[r] = skip_hi
         self.ins[r] = upto
 
     cdef void _release(self, rid_t r) noexcept nogil:
@@ -106,11 +139,13 @@ cdef class SglangRank(Rank):
     cdef void _drop(self, rid_t r) noexcept nogil:
         """Unlock the request's cached path and free every page beyond it (nothing new is cached)."""
         cdef int64_t i, n = self.ins[r]
-        self.cache.unlock_path(self.t.blocks[r].data(), n, self.touch[r])
+        self.cache.unlock_path(self.t.blocks[r].data(), n, self.touch[r], self.skip_lo[r], self.skip_hi[r])
         for i in range(n, <int64_t>self.t.blocks[r].size()):
             self.cache.free_page(self.t.blocks[r][i])
         self.t.blocks[r].clear()
         self.ins[r] = 0
+        self.skip_lo[r] = 0
+        self.skip_hi[r] = 0
         self.t.allocated[r] = 0
 
     cdef bint abort(self, rid_t r) noexcept nogil:
@@ -124,6 +159,8 @@ cdef class SglangRank(Rank):
     cdef void grow(self, int64_t n) noexcept nogil:
         self.ins.resize(n, 0)
         self.touch.resize(n, 0)
+        self.skip_lo.resize(n, 0)
+        self.skip_hi.resize(n, 0)
 
     cdef void _finish(self, rid_t r, double end) noexcept nogil:
         self._release(r)
@@ -188,7 +225,7 @@ cdef class SglangRank(Rank):
         cdef int64_t seq, cached_pages, cached, start, extend, chunk, charged, reserve, need, prefix_len
         cdef int64_t rem, stamp, isl = 0, pre = 0
         cdef rid_t r
-        cdef bint first_adm, ok
+        cdef bint first_adm, ok, fits
         for r in self.running:
             rem = self.remaining(r)
             reserved += <double>(rem if rem < self.clip_max_new_tokens else self.clip_max_new_tokens) * self.new_token_ratio
@@ -228,19 +265,21 @@ cdef class SglangRank(Rank):
             if charged > rem_input or charged > rem_chunk:
                 self.waiting.push_front(r)
                 break
+            fits = True
             if first_adm:
-                if <int64_t>self.cache.free_slots.size() + self.cache.evictable < ceil_div(start + chunk, bs) - cached_pages:
-                    self.waiting.push_front(r)
-                    break
-                stamp = self.cache.tick()
-                self.touch[r] = stamp
-                self.cache.lock_path(self.t.hashes[r].data(), cached_pages, stamp, &self.t.blocks[r])
+                fits = (<int64_t>self.cache.free_slots.size() + self.cache.evictable
+                        >= ceil_div(start + chunk, bs) - cached_pages)
+                # the reference matches and locks (refreshing, splitting) before it finds that
+                # the request does not fit
+                self.touch[r] = self.cache.tick()
+                self.skip_lo[r] = self.cache.lock_path(self.t.hashes[r].data(), cached_pages, &self.t.blocks[r])
+                self.skip_hi[r] = cached_pages
                 self.ins[r] = cached_pages
                 need = ceil_div(start + chunk, bs) - cached_pages
             else:
                 need = ceil_div(start + chunk, bs) - <int64_t>self.t.blocks[r].size()
-            ok = self.cache.alloc(need, &self.t.blocks[r])
-            if not ok and first_adm and cached_pages > 0:
+            ok = fits and self.cache.alloc(need, &self.t.blocks[r])
+            if fits and not ok and first_adm and cached_pages > 0:
                 self.own_path_conflicts += 1
             if not ok:
                 if first_adm:
