@@ -415,3 +415,24 @@ def test_aborting_the_caller_of_a_deferred_submit_still_cancels_the_request():
         await idle(eng)
         await eng.shutdown()
     run(main())
+
+
+def test_closing_one_rank_of_a_group_leaves_the_others_serving():
+    async def main():
+        eng = await LiveEngine.start(cfg(dp_size=2, speedup=1.0))
+        s0, s1 = await asyncio.gather(
+            eng.submit(DirectRequest(tokens=[1] * 16, max_output_tokens=40, dp_rank=0)),
+            eng.submit(DirectRequest(tokens=[2] * 16, max_output_tokens=10_000, dp_rank=1)))
+        await s1.recv()
+        eng.close_rank(1)
+        await collect(s1)                                      # rank 1's stream ends (EOS)
+        assert s1.closed
+        got = await collect(s0)
+        assert len(got) == 40 and got[-1].completed           # rank 0 finishes undisturbed
+        await idle(eng)
+        with pytest.raises(LiveEngineError, match="rank 1 was closed"):
+            eng.prepare_request(DirectRequest(tokens=[1], max_output_tokens=1, dp_rank=1))
+        again = await collect(await eng.submit(DirectRequest(tokens=[3] * 8, max_output_tokens=2, dp_rank=0)))
+        assert len(again) == 2
+        await eng.shutdown()
+    run(main())

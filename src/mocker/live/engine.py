@@ -260,6 +260,7 @@ class LiveEngine:
         self._metrics = [MockerMetrics.initial(r, self.num_gpu_blocks) for r in range(self.dp_size)]
         self._metrics_changed: asyncio.Event | None = None
         self._sglang_obs: list | None = None
+        self._closed_ranks: set[int] = set()
         self.passes = 0
         self.lateness_ms: list[float] | None = None   # set to [] to record per-pass lateness
 
@@ -313,6 +314,8 @@ class LiveEngine:
             raise LiveEngineError(f"max_output_tokens must be non-negative, got {eff}")
         if not 0 <= req.dp_rank < self.dp_size:
             raise LiveEngineError(f"dp_rank {req.dp_rank} is out of bounds for dp_size {self.dp_size}")
+        if req.dp_rank in self._closed_ranks:
+            raise LiveEngineError(f"live Mocker rank {req.dp_rank} was closed")
         cid = req.uuid if req.uuid is not None else uuidlib.uuid4()
         if cid in self._routes:
             raise LiveEngineError(f"request {cid} is already active")
@@ -392,6 +395,16 @@ class LiveEngine:
         self._pending_cancel.append((route, None))
         if self._wakeup is not None:
             self._wakeup.set()
+
+    def close_rank(self, rank: int) -> None:
+        """Retire one rank of a data-parallel group (its handle was dropped): its streams end,
+        its requests leave the scheduler at the next boundary, it takes no new requests; the
+        other ranks keep serving."""
+        if not 0 <= rank < self.dp_size:
+            raise LiveEngineError(f"dp_rank {rank} is out of bounds for dp_size {self.dp_size}")
+        self._closed_ranks.add(rank)
+        for route in [r for r in self._routes.values() if r.rank == rank]:
+            self._drop_stream(route)
 
     def active_request_count(self) -> int:
         return len(self._routes)
