@@ -57,6 +57,17 @@ cdef class SglangRank(Rank):
         self.stall_is_fatal = True
         self.ins.resize(table.n, 0)
         self.touch.resize(table.n, 0)
+        # disaggregated roles: a held source or a waiting destination is freed by the driver,
+        # so an effect-free pass only waits for it (not fatal)
+        self.hold_source = engine.get("worker_type") == "prefill"
+        self.decode_role = engine.get("worker_type") == "decode"
+        if self.hold_source:
+            self.held.resize(table.n)
+            self.stall_is_fatal = False
+        if self.decode_role:
+            self.dest.resize(table.n)
+            self.att_gen.resize(table.n, -1)
+            self.stall_is_fatal = False
 
     @property
     def cache_view(self):
@@ -105,13 +116,18 @@ cdef class SglangRank(Rank):
 
     cdef void _drop(self, rid_t r) noexcept nogil:
         """Unlock the request's cached path and free every page beyond it (nothing new is cached)."""
-        cdef int64_t i, n = self.ins[r]
-        self.cache.unlock_path(self.t.blocks[r].data(), n, self.touch[r])
-        for i in range(n, <int64_t>self.t.blocks[r].size()):
-            self.cache.free_page(self.t.blocks[r][i])
-        self.t.blocks[r].clear()
-        self.ins[r] = 0
+        self._drop_pages(r, &self.t.blocks[r])
         self.t.allocated[r] = 0
+
+    cdef void _drop_pages(self, rid_t r, vector[slot_t]* pages) noexcept nogil:
+        """Give back ``pages``, ``r``'s lease on this rank: its first ``ins[r]`` are locked tree
+        nodes, the rest private."""
+        cdef int64_t i, n = self.ins[r]
+        self.cache.unlock_path(pages.data(), n, self.touch[r])
+        for i in range(n, <int64_t>pages.size()):
+            self.cache.free_page(pages[0][i])
+        pages.clear()
+        self.ins[r] = 0
 
     cdef bint abort(self, rid_t r) noexcept nogil:
         if not self._unqueue(r):
@@ -124,15 +140,29 @@ cdef class SglangRank(Rank):
     cdef void grow(self, int64_t n) noexcept nogil:
         self.ins.resize(n, 0)
         self.touch.resize(n, 0)
+        if self.hold_source:
+            self.held.resize(n)
+        if self.decode_role:
+            self.dest.resize(n)
+            self.att_gen.resize(n, -1)
 
     cdef void _finish(self, rid_t r, double end) noexcept nogil:
-        self._release(r)
+        if self.hold_source:
+            # disaggregated prefill: the prompt's pages are cached but stay held (locked and
+            # allocated) until the destination has them
+            self._cache_materialized(r)
+            self.held[r].swap(self.t.blocks[r])
+            self.t.blocks[r].clear()
+        else:
+            self._release(r)
+            self.cap_gen += 1
         self.t.status[r] = ST_COMPLETED
         self.t.terminal_time[r] = end
         self.out_completed.push_back(r)
 
     cdef void _retract(self, rid_t r) noexcept nogil:
         self._drop(r)
+        self.cap_gen += 1
         self.t.computed[r] = 0
         self.t.status[r] = ST_WAITING
         self.waiting.push_back(r)
@@ -278,6 +308,8 @@ cdef class SglangRank(Rank):
         cdef double end = now, active, estimate = 0.0
         cdef vector[rid_t] newly, done
         cdef vector[int64_t] rems
+        if self.decode_role:
+            self._admit_activated(now)
         if self.grouped:
             # attention DP: the interval countdown belongs to the worker (finish_group_pass)
             # and holds back the prefills of every rank
@@ -324,8 +356,11 @@ cdef class SglangRank(Rank):
             self._prefill_batch(now)
 
         if self.batch.size() > 0:
-            # prefill pass: running requests stall
-            end = now + prefill_phase_ms(&self.tm, self.out.prefill_n, self._isl, self._pre)
+            # prefill pass: running requests stall.  A decode worker recomputes a retracted
+            # request's KV without prefill time (a pass of zero duration)
+            end = now
+            if not self.decode_role:
+                end = now + prefill_phase_ms(&self.tm, self.out.prefill_n, self._isl, self._pre)
             for r in self.batch:
                 if self.t.computed[r] < self.t.prompt_len[r] + self.t.generated[r]:
                     self._cache_materialized(r)
@@ -505,3 +540,62 @@ cdef class SglangRank(Rank):
             cap += self.t.max_out[r]
         cdef double v = (<double>gen + 20.0 * <double>self.running.size()) / (<double>cap + 1.0)
         return v if v < 1.0 else 1.0
+
+
+    # -- disaggregated handoff, destination first (spec core-sim §6.6; REFERENCE_NOTES) ----
+    cdef void _admit_activated(self, double now) noexcept nogil:
+        """Decode worker: requests whose prompt KV arrived enter the running batch at the pass
+        start, in activation order, while sequence slots are free (nothing to compute)."""
+        cdef size_t i, keep = 0
+        cdef rid_t r
+        for i in range(self.waiting.size()):
+            r = self.waiting[i]
+            if self.t.activated[r] and (self.max_num_seqs <= 0
+                                        or <int64_t>self.running.size() < self.max_num_seqs):
+                self.t.activated[r] = 0
+                self.t.status[r] = ST_RUNNING
+                self.running.push_back(r)
+                self.t.record_decode_admission(r, now)
+            else:
+                self.waiting[keep] = r
+                keep += 1
+        while self.waiting.size() > keep:
+            self.waiting.pop_back()
+
+    cdef bint reserve_destination(self, rid_t r, int64_t* missing_blocks) noexcept nogil:
+        """Lock the prompt's resident prefix pages and allocate the rest (evicting as needed);
+        False (nothing changed) if the pool cannot hold them now."""
+        cdef int64_t bs = self.bs, plen = self.t.prompt_len[r]
+        cdef int64_t total = ceil_div(plen, bs), nfull = plen // bs, matched = 0, stamp
+        self.t.ensure_hashed(r)
+        if nfull > <int64_t>self.t.hashes[r].size():
+            nfull = <int64_t>self.t.hashes[r].size()
+        if self.caching:
+            matched = self.cache.match(self.t.hashes[r].data(), nfull)
+        if <int64_t>self.cache.free_slots.size() + self.cache.evictable < total - matched:
+            return False
+        self.dest[r].clear()
+        stamp = self.cache.tick()
+        self.touch[r] = stamp
+        self.cache.lock_path(self.t.hashes[r].data(), matched, stamp, &self.dest[r])
+        self.ins[r] = matched
+        if not self.cache.alloc(total - matched, &self.dest[r]):
+            self._drop_pages(r, &self.dest[r])      # the matched path itself had to go
+            return False
+        missing_blocks[0] = total - matched
+        return True
+
+    cdef void activate_destination(self, rid_t r) noexcept nogil:
+        """The transferred prompt KV is in place: cache its pages, queue the request for decode."""
+        self.t.blocks[r].swap(self.dest[r])
+        vector[slot_t]().swap(self.dest[r])
+        self.t.computed[r] = self.t.prompt_len[r]
+        self.t.allocated[r] = <int64_t>self.t.blocks[r].size() * self.bs
+        self._cache_materialized(r)
+        self.t.activated[r] = 1
+        self.t.status[r] = ST_WAITING
+        self.waiting.push_back(r)
+
+    cdef void release_source(self, rid_t r) noexcept nogil:
+        self._drop_pages(r, &self.held[r])
+        vector[slot_t]().swap(self.held[r])
