@@ -412,7 +412,7 @@ cdef class ReplayCore:
                               and self.wave[w] % self.g_interval[w] != 0)
         if self.disagg:
             self.t.pool = 1 if w < self.n_prefill_workers else 2     # admissions are booked per pool
-            if w >= self.n_prefill_workers and not self.dest_first:
+            if w >= self.n_prefill_workers:
                 for k in range(self.g_first[w], self.g_first[w] + self.g_n[w]):
                     (<Rank>self.ranks[k]).pending_dest = self.pend_reserve[k].size() > 0
         end = step_group(self.ranks.data() + self.g_first[w], self.g_n[w], now, throttle,
@@ -549,6 +549,9 @@ cdef class ReplayCore:
     cdef void _release(self, rid_t r, int64_t p, double now) noexcept nogil:
         (<Rank>self.ranks[p]).release_source(r)
         self.t.source_released[r] = now
+        if self.dest_first and self.routed:
+            # SGLang: the released prompt pages enter the prefill rank's prefix cache now
+            self.router.on_events(<int32_t>p, (<Rank>self.ranks[p]).kv_events(), now)
         self.stalled[self.group_of[p]] = 0
         if self.routed:
             self.router.on_terminal(r)      # the prefill router's books: the handoff is complete

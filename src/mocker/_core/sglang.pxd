@@ -40,6 +40,7 @@ cdef class SglangRank(Rank):
     cdef int64_t _pre                 # prefill batch: Σ prefix lengths
 
     cdef void _cache_materialized(self, rid_t r) noexcept nogil
+    cdef void _insert_pages(self, rid_t r, vector[slot_t]* pages, int64_t upto) noexcept nogil
     cdef void _release(self, rid_t r) noexcept nogil
     cdef void _finish(self, rid_t r, double end) noexcept nogil
     cdef void _retract(self, rid_t r) noexcept nogil

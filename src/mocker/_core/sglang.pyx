@@ -88,25 +88,27 @@ cdef class SglangRank(Rank):
     # -- cache bookkeeping --------------------------------------------------------
     cdef void _cache_materialized(self, rid_t r) noexcept nogil:
         """Insert the request's full materialized pages beyond those already inserted."""
-        cdef int64_t i, upto
+        self._insert_pages(r, &self.t.blocks[r], self.t.computed[r] // self.bs)
+
+    cdef void _insert_pages(self, rid_t r, vector[slot_t]* pages, int64_t upto) noexcept nogil:
+        """Insert ``r``'s pages ``ins[r]:upto`` of ``pages`` in the tree (locked by ``r``)."""
+        cdef int64_t i
         cdef slot_t parent
         if not self.caching:
             return
-        upto = self.t.computed[r] // self.bs
-        if upto > <int64_t>self.t.blocks[r].size():
-            upto = <int64_t>self.t.blocks[r].size()
+        if upto > <int64_t>pages.size():
+            upto = <int64_t>pages.size()
         if upto <= self.ins[r]:
             return              # nothing new: the path keeps the stamp of its last insert
         cdef int64_t stamp = self.cache.tick()
         self.touch[r] = stamp
         for i in range(self.ins[r], upto):
             if i + 8 < upto:
-                self.cache.prefetch(self.t.blocks[r][i + 8])
-            parent = self.t.blocks[r][i - 1] if i > 0 else -1
+                self.cache.prefetch(pages[0][i + 8])
+            parent = pages[0][i - 1] if i > 0 else -1
             self.cache.ev_rid = r
             self.cache.ev_pos = <int32_t>i
-            self.t.blocks[r][i] = self.cache.insert_page(self.t.blocks[r][i], self.t.block_hash(r, i),
-                                                         parent, stamp)
+            pages[0][i] = self.cache.insert_page(pages[0][i], self.t.block_hash(r, i), parent, stamp)
         self.ins[r] = upto
 
     cdef void _release(self, rid_t r) noexcept nogil:
@@ -147,10 +149,16 @@ cdef class SglangRank(Rank):
             self.att_gen.resize(n, -1)
 
     cdef void _finish(self, rid_t r, double end) noexcept nogil:
+        cdef int64_t i, n
         if self.hold_source:
-            # disaggregated prefill: the prompt's pages are cached but stay held (locked and
-            # allocated) until the destination has them
-            self._cache_materialized(r)
+            # disaggregated prefill: the prompt's pages stay held (allocated, and not in the
+            # prefix cache yet) until the destination has them; the router hears of them now
+            if self.caching and self.cache.record_events:
+                n = self.t.computed[r] // self.bs
+                if n > <int64_t>self.t.blocks[r].size():
+                    n = <int64_t>self.t.blocks[r].size()
+                for i in range(self.ins[r], n):
+                    self.cache.events.push_back(KvEvent(self.t.block_hash(r, i), 1, r, <int32_t>i))
             self.held[r].swap(self.t.blocks[r])
             self.t.blocks[r].clear()
         else:
@@ -352,7 +360,9 @@ cdef class SglangRank(Rank):
             return
         if self.lpm and self.caching and <int64_t>self.waiting.size() <= LPM_MAX_WAITING:
             self._apply_lpm()
-        if not defer:
+        if not defer and not (self.decode_role and self.pending_dest):
+            # (a decode worker readmits retracted requests only while no destination waits for
+            # room on it)
             self._prefill_batch(now)
 
         if self.batch.size() > 0:
@@ -597,5 +607,8 @@ cdef class SglangRank(Rank):
         self.waiting.push_back(r)
 
     cdef void release_source(self, rid_t r) noexcept nogil:
+        """The destination has the KV: the held prompt pages enter the prefix cache and are
+        released (evictable)."""
+        self._insert_pages(r, &self.held[r], self.t.prompt_len[r] // self.bs)
         self._drop_pages(r, &self.held[r])
         vector[slot_t]().swap(self.held[r])
