@@ -335,3 +335,13 @@ def test_sglang_held_source_pages_delay_prefill_admissions(tmp_path):
     res = run(tmp_path, [req(0, 1000, 10, 100), req(0, 1001, 10, 200)],
               **sg_pools(prefill={**XFER, "num_gpu_blocks": 20}))
     assert handoff(res)[1] == (1010, 1020, 0, 2021, 2021, 2021, 2022, 2031, 0)
+
+
+def test_sglang_zero_output_completes_with_the_decode_pass(tmp_path):
+    # a transferred request that samples nothing joins the decode batch untimed: alone it
+    # completes at its activation, beside a decoding request at that pass's end (fuzz seed 7)
+    res = run(tmp_path, [req(0, 1000, 0, 100)], **sg_pools())
+    assert res.per_request[0]["terminal_time_ms"] == 10 and res.per_request[0]["first_token_ms"] is None
+    res = run(tmp_path, [req(0, 1000, 0, 100), req(0, 500, 3, 200)], **sg_pools())
+    zero = next(r for r in res.per_request if r["requested_output_length"] == 0)
+    assert zero["terminal_time_ms"] == 11 and zero["decode_admit_ms"] == 10

@@ -314,7 +314,8 @@ cdef class SglangRank(Rank):
         cdef rid_t r, victim
         cdef int64_t rem, seq, need, avail, best, prev_rounds
         cdef double end = now, active, estimate = 0.0
-        cdef vector[rid_t] newly, done
+        cdef vector[rid_t] newly, done, zero
+        cdef int64_t nb
         cdef vector[int64_t] rems
         if self.decode_role:
             self._admit_activated(now)
@@ -422,7 +423,10 @@ cdef class SglangRank(Rank):
             keep = 0
             for i in range(self.running.size()):
                 r = self.running[i]
-                if self.remaining(r) == 0:
+                if self.remaining(r) == 0 and self.decode_role and self.t.generated[r] == 0:
+                    # a transferred request that samples nothing completes at this pass's end
+                    zero.push_back(r)
+                elif self.remaining(r) == 0:
                     self._finish(r, now)
                     effect = True
                 else:
@@ -451,12 +455,16 @@ cdef class SglangRank(Rank):
                 effect = True
             if retracted:
                 estimate = self._estimate_ratio()   # from the survivors before this pass's tokens
-            if self.running.size() > 0:
+            if self.running.size() > 0 or zero.size() > 0:
                 active = 0.0
                 for r in self.running:
                     active += <double>(self.t.prompt_len[r] + self.t.generated[r])
-                self.out.decode_n = <int64_t>self.running.size()
-                end = now + decode_phase_ms(&self.tm, <int64_t>self.running.size(), active)
+                # (transferred requests that sample nothing ride along untimed: alone, they
+                # complete at once)
+                nb = <int64_t>self.running.size()
+                self.out.decode_n = nb
+                if nb > 0:
+                    end = now + decode_phase_ms(&self.tm, nb, active)
                 # this pass's KV slots are reserved together (evicting up front) before any
                 # request finishes and releases its pages; without room nobody decodes
                 need = 0
@@ -485,9 +493,11 @@ cdef class SglangRank(Rank):
                     self.running.resize(keep)
                     for r in done:
                         self._finish(r, end)
-                if self.out_emitted.size() == 0:
+                if self.out_emitted.size() == 0 and zero.size() == 0:
                     # nobody could get a KV slot: the pass did nothing (the run cannot progress)
                     end = now
+                for r in zero:
+                    self._finish(r, end)
             self.out.model_work = self.out_emitted.size() > 0
             if retracted:
                 self.new_token_ratio = estimate
