@@ -345,3 +345,16 @@ def test_sglang_zero_output_completes_with_the_decode_pass(tmp_path):
     res = run(tmp_path, [req(0, 1000, 0, 100), req(0, 500, 3, 200)], **sg_pools())
     zero = next(r for r in res.per_request if r["requested_output_length"] == 0)
     assert zero["terminal_time_ms"] == 11 and zero["decode_admit_ms"] == 10
+
+
+def test_sglang_prompt_at_max_model_len_fails_at_arrival_and_ends_its_session(tmp_path):
+    # (fuzz seed 7): the reference fails the handoff at arrival and drops the session's later turns
+    rows = [{**req(0, 100, 3, 100), "session_id": "s"}, {**req(1, 1000, 3, 200), "session_id": "s", "delay": 5},
+            {**req(2, 100, 3, 300), "session_id": "s", "delay": 5}]
+    for r in rows[1:]:
+        del r["timestamp"]
+    res = run(tmp_path, rows, **sg_pools(prefill={"max_model_len": 512}, decode={"max_model_len": 512}))
+    recs = sorted(res.per_request, key=lambda r: r["arrival_time_ms"])
+    assert [r["terminal_status"] for r in recs] == ["completed", "failed"]
+    assert recs[1]["arrival_time_ms"] == recs[1]["terminal_time_ms"] == 18      # 13 + delay 5
+    assert res.summary["num_requests"] == 2

@@ -277,6 +277,8 @@ cdef class ReplayCore:
                     welford_add(&self.tput, 1000.0 / x)
                     ddsketch_add(&self.tput_sk, 1000.0 / x)
         vector[double]().swap(self.t.itl_buf[r])
+        if nt >= 0 and self.dest_first and self.t.status[r] == ST_FAILED:
+            nt = -1                 # SGLang: a failed handoff ends its session (no later turns)
         if nt >= 0:
             if self.delta:
                 # next prompt = this prompt + this turn's output + the next row's delta
@@ -483,8 +485,11 @@ cdef class ReplayCore:
         self.t.worker[r] = <int32_t>d
         d += self.n_prefill_ranks
         if self.dest_first and (ceil_div(self.t.prompt_len[r], (<Rank>self.ranks[d]).bs)
-                                > (<Rank>self.ranks[d]).num_blocks):
-            # no decode worker could ever hold the prompt: the handoff fails before any prefill
+                                > (<Rank>self.ranks[d]).num_blocks
+                                or (<Rank>self.ranks[d]).max_model_len > 0
+                                and self.t.prompt_len[r] >= (<Rank>self.ranks[d]).max_model_len):
+            # no decode worker could ever hold the prompt (or take it under max_model_len): the
+            # handoff fails before any prefill
             self.t.status[r] = ST_FAILED
             self.t.terminal_time[r] = now
             self.t.worker[r] = -1
