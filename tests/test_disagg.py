@@ -358,3 +358,11 @@ def test_sglang_prompt_at_max_model_len_fails_at_arrival_and_ends_its_session(tm
     assert [r["terminal_status"] for r in recs] == ["completed", "failed"]
     assert recs[1]["arrival_time_ms"] == recs[1]["terminal_time_ms"] == 18      # 13 + delay 5
     assert res.summary["num_requests"] == 2
+
+
+def test_sglang_zero_output_prefill_may_take_the_whole_prompt_from_cache(tmp_path):
+    # (fuzz seed 11): the prefill pool matches a no-output request's whole prompt although it
+    # samples the hidden token; fully cached, it is held at once
+    res = run(tmp_path, [req(0, 1024, 3, 100), req(100, 1024, 0, 100)], **sg_pools())
+    zero = next(r for r in res.per_request if r["requested_output_length"] == 0)
+    assert zero["reused_input_tokens"] == 1024

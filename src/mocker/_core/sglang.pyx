@@ -180,7 +180,10 @@ cdef class SglangRank(Rank):
     cdef int64_t _match_len(self, rid_t r) noexcept nogil:
         """Pages a (re)admission may take from the cache: all but the token to sample from."""
         cdef int64_t seq = self.t.prompt_len[r] + self.t.generated[r]
-        cdef int64_t n = (seq if self.t.max_out[r] == 0 else seq - 1) // self.bs
+        # (a disaggregated prefill samples one hidden token, yet a request asking for no output
+        # may take its whole prompt from the cache)
+        cdef bint samples = self.t.max_out[r] > 0 and not (self.hold_source and self.t.req_out[r] == 0)
+        cdef int64_t n = (seq - 1 if samples else seq) // self.bs
         self.t.ensure_hashed(r)
         if n > <int64_t>self.t.hashes[r].size():
             n = <int64_t>self.t.hashes[r].size()
