@@ -201,9 +201,6 @@ def test_aggregated_records_have_no_handoff(tmp_path):
     ({"prefill_engine_args": {"engine": {"worker_type": "prefill", "kv_transfer_bytes_per_token": 0}},
       "decode_engine_args": {"engine": {"worker_type": "decode"}}},
      "kv_transfer_bytes_per_token must be positive"),
-    ({"prefill_engine_args": {"engine": {"worker_type": "prefill", "backend": "sglang", "block_size": 64}},
-      "decode_engine_args": {"engine": {"worker_type": "decode", "backend": "sglang", "block_size": 64}}},
-     "not supported by mocker yet"),
 ])
 def test_disagg_errors(kwargs, message):
     with pytest.raises((ReplayError, ConfigError)) as ei:
@@ -261,3 +258,111 @@ def test_prompt_larger_than_every_decode_pool_fails_at_the_handoff(tmp_path):
     assert big["decode_worker_idx"] is None and big["destination_reserved_ms"] is None
     assert small["terminal_status"] == "completed"
     assert res.summary["completed_requests"] == 1 and res.summary["num_requests"] == 2
+
+
+# -- SGLang: destination first (the decode rank reserves at arrival, then the prefill runs) --------
+SG = {"backend": "sglang"}
+
+
+def sg_pools(prefill=None, decode=None):
+    return {"prefill": {**SG, **(prefill or {})}, "decode": {**SG, **(decode or {})}}
+
+
+def test_sglang_reserves_the_destination_at_arrival(tmp_path):
+    res = run(tmp_path, [req(0, 1000, 5, 100)], **sg_pools(prefill=XFER))
+    assert handoff(res) == [(0, 10, 0, 1010, 1010, 1010, 1011, 1015, 0)]
+    rec = res.per_request[0]
+    assert [(a["pool"], a["at_ms"]) for a in rec["admission_history"]] == [("prefill", 0.0), ("decode", 1010.0)]
+    assert res.summary["committed_prefill_tokens"] == 1000
+
+
+def test_sglang_resident_prefix_counts_whole_prompt_pages(tmp_path):
+    # destination_missing: an empty decode pool misses 16 pages; a 1024-token repeat finds all 16
+    # resident (nothing to move), a 1100-token extension of a 1000-token prompt misses 3
+    xm = {**XFER, "kv_transfer_timing_mode": "destination_missing"}
+    res = run(tmp_path, [req(0, 1024, 3, 100), req(2000, 1024, 3, 100)], **sg_pools(prefill=xm))
+    assert [h[3] for h in handoff(res)] == [1034, 2010]
+    res = run(tmp_path, [req(0, 1000, 3, 100), req(2000, 1100, 3, 100)], **sg_pools(prefill=xm))
+    assert [h[3] for h in handoff(res)] == [1034, 2202]
+    assert res.summary["committed_prefill_tokens"] == 1140
+
+
+def test_sglang_prefill_waits_for_the_destination(tmp_path):
+    # decode pool of 24 pages: B (16 pages) is reserved only when A completes (40); then its
+    # prefill runs. C, behind B, is tried at the next event on that rank (B's activation, 50)
+    rows = [req(0, 1000, 30, 100), req(0, 1001, 10, 200), req(12, 300, 10, 400)]
+    res = run(tmp_path, rows, **sg_pools(decode={"num_gpu_blocks": 24}))
+    assert handoff(res) == [(0, 10, 0, 10, 10, 10, 11, 40, 0),
+                            (40, 50, 40, 50, 50, 50, 51, 60, 0),
+                            (50, 60, 50, 60, 60, 60, 61, 70, 0)]
+    assert res.summary["committed_prefill_tokens"] == 2301
+
+
+def test_sglang_busy_decode_rank_reserves_at_its_pass_end(tmp_path):
+    rows = [req(0, 1000, 10, 100), req(12, 1000, 5, 200)]
+    res = run(tmp_path, rows, **sg_pools(prefill={"kv_transfer_bytes_per_token": 1_000_000, "kv_transfer_bandwidth": 1000.0},
+                                         decode={"timing_model": {"type": "fixed", "prefill_ms": 10, "decode_ms": 3}}))
+    assert handoff(res)[1] == (14, 24, 14, 26, 26, 26, 29, 41, 0)
+
+
+def test_sglang_seat_limit_does_not_block_the_reservation(tmp_path):
+    res = run(tmp_path, [req(0, 1000, 10, 100), req(15, 1001, 10, 200)], **sg_pools(decode={"max_num_seqs": 1}))
+    assert handoff(res)[1] == (16, 26, 16, 26, 26, 26, 27, 36, 0)
+
+
+def test_sglang_decode_retraction_recomputes_without_prefill_time(tmp_path):
+    # two 1024-token prompts fill a 33-page decode pool: one is retracted at every pass until the
+    # other completes; each readmission reuses 15 pages and recomputes 64 tokens in no time
+    res = run(tmp_path, [req(0, 1024, 3, 100), req(0, 1024, 3, 200)], **sg_pools(decode={"num_gpu_blocks": 33}))
+    recs = sorted(res.per_request, key=lambda r: r["admission_count"])
+    assert [a["at_ms"] for a in recs[1]["admission_history"]] == [0, 10, 11, 12, 13]
+    assert recs[1]["decode_reused_input_tokens"] == 960
+    assert (recs[1]["first_token_ms"], recs[1]["last_token_ms"]) == (13, 15)
+    assert res.summary["committed_prefill_tokens"] == 2240
+
+
+def test_sglang_prompt_larger_than_the_decode_pool_fails_at_arrival(tmp_path):
+    res = run(tmp_path, [req(0, 1000, 3, 100), req(5, 300, 3, 200)], **sg_pools(decode={"num_gpu_blocks": 10}))
+    big, small = sorted(res.per_request, key=lambda r: r["arrival_time_ms"])
+    assert big["terminal_status"] == "failed" and big["terminal_time_ms"] == 0
+    assert big["prefill_worker_idx"] is None and big["decode_worker_idx"] is None
+    assert big["admission_history"] == [] and big["first_admit_ms"] is None
+    assert handoff(res)[1] == (5, 15, 5, 15, 15, 15, 16, 18, 0)
+    assert res.summary["committed_prefill_tokens"] == 300
+
+
+def test_sglang_held_source_pages_delay_prefill_admissions(tmp_path):
+    res = run(tmp_path, [req(0, 1000, 10, 100), req(0, 1001, 10, 200)],
+              **sg_pools(prefill={**XFER, "num_gpu_blocks": 20}))
+    assert handoff(res)[1] == (1010, 1020, 0, 2021, 2021, 2021, 2022, 2031, 0)
+
+
+def test_sglang_zero_output_completes_with_the_decode_pass(tmp_path):
+    # a transferred request that samples nothing joins the decode batch untimed: alone it
+    # completes at its activation, beside a decoding request at that pass's end (fuzz seed 7)
+    res = run(tmp_path, [req(0, 1000, 0, 100)], **sg_pools())
+    assert res.per_request[0]["terminal_time_ms"] == 10 and res.per_request[0]["first_token_ms"] is None
+    res = run(tmp_path, [req(0, 1000, 0, 100), req(0, 500, 3, 200)], **sg_pools())
+    zero = next(r for r in res.per_request if r["requested_output_length"] == 0)
+    assert zero["terminal_time_ms"] == 11 and zero["decode_admit_ms"] == 10
+
+
+def test_sglang_prompt_at_max_model_len_fails_at_arrival_and_ends_its_session(tmp_path):
+    # (fuzz seed 7): the reference fails the handoff at arrival and drops the session's later turns
+    rows = [{**req(0, 100, 3, 100), "session_id": "s"}, {**req(1, 1000, 3, 200), "session_id": "s", "delay": 5},
+            {**req(2, 100, 3, 300), "session_id": "s", "delay": 5}]
+    for r in rows[1:]:
+        del r["timestamp"]
+    res = run(tmp_path, rows, **sg_pools(prefill={"max_model_len": 512}, decode={"max_model_len": 512}))
+    recs = sorted(res.per_request, key=lambda r: r["arrival_time_ms"])
+    assert [r["terminal_status"] for r in recs] == ["completed", "failed"]
+    assert recs[1]["arrival_time_ms"] == recs[1]["terminal_time_ms"] == 18      # 13 + delay 5
+    assert res.summary["num_requests"] == 2
+
+
+def test_sglang_zero_output_prefill_may_take_the_whole_prompt_from_cache(tmp_path):
+    # (fuzz seed 11): the prefill pool matches a no-output request's whole prompt although it
+    # samples the hidden token; fully cached, it is held at once
+    res = run(tmp_path, [req(0, 1024, 3, 100), req(100, 1024, 0, 100)], **sg_pools())
+    zero = next(r for r in res.per_request if r["requested_output_length"] == 0)
+    assert zero["reused_input_tokens"] == 1024

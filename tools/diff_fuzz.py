@@ -471,7 +471,8 @@ def apply_topology(rng: random.Random, sc: dict, topology: str) -> dict:
             eng["prefill_schedule_interval"] = rng.randint(1, 4)
         kw["extra_engine_args"] = json.dumps(top)
         return sc
-    # disaggregated (vLLM): prefill and decode engines derived from the drawn one
+    # disaggregated (both pools of the drawn backend): prefill and decode engines derived from
+    # the drawn one
     kw.pop("num_workers", None)
     pe = dict(eng, worker_type="prefill")
     de = dict(eng, worker_type="decode")
@@ -494,7 +495,15 @@ def apply_topology(rng: random.Random, sc: dict, topology: str) -> dict:
 
 def gen_scenario(rng: random.Random, backend_opt: str, topology: str = "agg"):
     if topology != "agg":
-        sc = gen_scenario(rng, backend_opt if topology == "dp" else "vllm")
+        if topology == "dp":
+            backend = backend_opt
+        elif backend_opt == "mix":
+            backend = rng.choice(["vllm", "vllm", "sglang"])
+        else:
+            # disaggregated pools: vLLM (source first) or SGLang (destination first); TRT-LLM
+            # pools are drawn only when asked for explicitly
+            backend = backend_opt
+        sc = gen_scenario(rng, backend)
         return apply_topology(rng, sc, topology)
     backend = backend_opt if backend_opt != "mix" else rng.choice(["vllm", "vllm", "trtllm", "sglang"])
     if rng.random() < 0.15:
@@ -706,7 +715,8 @@ def main(argv=None):
     ap.add_argument("--time-limit-s", type=float, default=None, help="stop after this many seconds")
     ap.add_argument("--backend", choices=["vllm", "trtllm", "sglang", "mix"], default="vllm")
     ap.add_argument("--topology", choices=["agg", "dp", "disagg"], default="agg",
-                    help="dp: dp_size 2-4 (and prefill_schedule_interval); disagg: vLLM prefill/decode pools")
+                    help="dp: dp_size 2-4 (and prefill_schedule_interval); disagg: prefill/decode pools "
+                         "of --backend (mix: vLLM or SGLang)")
     ap.add_argument("--ours-python", default=shutil.which("python3") or "python3",
                     help="interpreter that can import our `mocker` package (default: python3 on PATH)")
     ap.add_argument("--out", default="fuzz_repros", help="directory for reproducers")

@@ -452,6 +452,64 @@ def disagg_scenarios():
           shared_prefix_ratio=0.5, num_prefix_groups=3, **KVR, **pd_args(prefill=r8b)),
         S("pd_synth_2p3d", (1500, 60, 80), "synthetic 2 prefill + 3 decode, kv_router", request_rate=25.0,
           num_prefill_workers=2, num_decode_workers=3, **KVR, **pd_args()),
+    ] + sglang_disagg_scenarios()
+
+
+def sglang_disagg_scenarios():
+    """SGLang in both pools: destination first (the decode rank reserves at arrival, then the
+    prefill runs; tools/REFERENCE_NOTES.md, "SGLang disaggregation")."""
+    tiny = tiny_trace()
+    mix = mixed_trace(11)
+    sgf = {"backend": "sglang", "block_size": 64,
+           "timing_model": {"type": "fixed", "prefill_ms": 10.0, "decode_ms": 1.0}}
+    x1 = {"kv_transfer_bytes_per_token": 1000000, "kv_transfer_bandwidth": 1.0}
+    xm = {**x1, "kv_transfer_timing_mode": "destination_missing"}
+    r8b = {"kv_transfer_bytes_per_token": 131072, "kv_transfer_bandwidth": 50.0}
+    sg16 = {"backend": "sglang", "block_size": 16}
+    return [
+        T("pd_sglang_t1_transfer", [pd_req(0, 1000, 5, 100)], "SGLang: reserved at arrival, 1000 ms transfer",
+          trace_block_size=64, **KVR, **pd_args(prefill=x1, **sgf)),
+        T("pd_sglang_repeat_missing", [pd_req(0, 1024, 3, 100), pd_req(2000, 1024, 3, 100),
+                                       pd_req(4000, 1100, 3, 100)],
+          "SGLang destination_missing: resident prefix pages (whole prompt pages) are not moved",
+          trace_block_size=64, **KVR, **pd_args(prefill=xm, **sgf)),
+        T("pd_sglang_decode_room", [pd_req(0, 1000, 30, 100), pd_req(0, 1001, 10, 200), pd_req(12, 300, 10, 400)],
+          "SGLang decode pool of 24 pages: prefills wait for their destinations, in order",
+          trace_block_size=64, **KVR, **pd_args(decode={"num_gpu_blocks": 24}, **sgf)),
+        T("pd_sglang_busy_decode", [pd_req(0, 1000, 10, 100), pd_req(12, 1000, 5, 200)],
+          "SGLang decode_ms 3: an arrival during a decode pass is reserved at its end",
+          trace_block_size=64, **KVR,
+          **pd_args(prefill={"kv_transfer_bytes_per_token": 1000000, "kv_transfer_bandwidth": 1000.0},
+                    decode={"timing_model": {"type": "fixed", "prefill_ms": 10.0, "decode_ms": 3.0}}, **sgf)),
+        T("pd_sglang_seqs1", [pd_req(0, 1000, 10, 100), pd_req(15, 1001, 10, 200)],
+          "SGLang decode max_num_seqs 1: the seat limit does not hold the reservation back",
+          trace_block_size=64, **KVR, **pd_args(decode={"max_num_seqs": 1}, **sgf)),
+        T("pd_sglang_held_pages", [pd_req(0, 1000, 10, 100), pd_req(0, 1001, 10, 200)],
+          "SGLang prefill pool of 20 pages: held source pages delay the next prefill",
+          trace_block_size=64, **KVR, **pd_args(prefill={**x1, "num_gpu_blocks": 20}, **sgf)),
+        T("pd_sglang_retract", [pd_req(0, 1024, 3, 100), pd_req(0, 1024, 3, 200), pd_req(1, 1000, 30, 300),
+                                pd_req(1, 1000, 30, 400)],
+          "SGLang decode pool of 33 pages: decode retraction recomputes without prefill time",
+          trace_block_size=64, **KVR, **pd_args(decode={"num_gpu_blocks": 33}, **sgf)),
+        T("pd_sglang_too_big", [pd_req(0, 1000, 3, 100), pd_req(5, 300, 3, 200)],
+          "SGLang: a prompt larger than the decode pool fails at arrival", trace_block_size=64, **KVR,
+          **pd_args(decode={"num_gpu_blocks": 10}, **sgf)),
+        T("pd_sglang_2p2d_rr", [pd_req(0, 1000, 5, 100), pd_req(0, 1001, 5, 200), pd_req(0, 1002, 5, 300),
+                                pd_req(1, 1003, 5, 400)],
+          "SGLang 2P2D round robin", trace_block_size=64, num_prefill_workers=2, num_decode_workers=2,
+          **pd_args(**sgf)),
+        T("pd_sglang_tiny", tiny, "SGLang bs 16, 1P1D, kv_router", **KVR, **pd_args(**sg16)),
+        T("pd_sglang_tiny_transfer", tiny, "SGLang bs 16, 1P1D, round robin, destination_missing transfer",
+          **pd_args(prefill={**r8b, "kv_transfer_timing_mode": "destination_missing"}, **sg16)),
+        T("pd_sglang_mix_2p2d", mix, "SGLang bs 32, mixed trace, 2P2D round robin, transfer",
+          num_prefill_workers=2, num_decode_workers=2,
+          **pd_args(prefill=r8b, backend="sglang", block_size=32)),
+        T("pd_sglang_mix_pressure", mix, "SGLang bs 32, mixed trace, decode pool of 400 pages",
+          **pd_args(decode={"num_gpu_blocks": 400}, backend="sglang", block_size=32)),
+        T("pd_sglang_dp", tiny, "SGLang bs 16, decode dp 2, round robin", **pd_args(top_d={"dp_size": 2}, **sg16)),
+        S("pd_sglang_synth", (2000, 40, 60), "SGLang synthetic 1P1D, rate 10, shared prefixes, kv_router",
+          request_rate=10.0, shared_prefix_ratio=0.5, num_prefix_groups=3, **KVR,
+          **pd_args(prefill=r8b, backend="sglang", block_size=64)),
     ]
 
 

@@ -36,6 +36,10 @@ cdef class Rank:
     cdef vector[double] out_prev       # ... and the time of their previous token (-1: it is the first)
     cdef vector[rid_t] out_completed   # completed at out.end
     cdef vector[rid_t] out_rejected    # rejected at out.end
+    # disaggregated decode role (set and read by the replay driver)
+    cdef bint pending_dest          # a destination waits for room on this rank
+    cdef int64_t cap_gen            # capacity generation (completions, preemptions / retractions)
+    cdef vector[int64_t] att_gen    # per waiting destination: generation of its last attempt
 
     cdef void add_request(self, rid_t r) noexcept nogil
     cdef void step(self, double now) noexcept nogil
@@ -48,6 +52,10 @@ cdef class Rank:
     cdef bint abort(self, rid_t r) noexcept nogil
     cdef void grow(self, int64_t n) noexcept nogil
     cdef bint _unqueue(self, rid_t r) noexcept nogil
+    # disaggregated handoff roles (spec core-sim §6.6); the base rank has none
+    cdef bint reserve_destination(self, rid_t r, int64_t* missing_blocks) noexcept nogil
+    cdef void activate_destination(self, rid_t r) noexcept nogil
+    cdef void release_source(self, rid_t r) noexcept nogil
     cdef inline bint has_work(self) noexcept nogil:
         return self.waiting.size() > 0 or self.running.size() > 0
 

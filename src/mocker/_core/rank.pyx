@@ -128,6 +128,18 @@ cdef class Rank:
         """The request table grew to ``n`` rows (live mode): size per-request state."""
         pass
 
+    cdef bint reserve_destination(self, rid_t r, int64_t* missing_blocks) noexcept nogil:
+        """Decode role: reserve room for ``r``'s transferred prompt (False: no room now)."""
+        return False
+
+    cdef void activate_destination(self, rid_t r) noexcept nogil:
+        """Decode role: ``r``'s prompt KV arrived; queue it for decode."""
+        pass
+
+    cdef void release_source(self, rid_t r) noexcept nogil:
+        """Prefill role: free the KV held for ``r`` since its prefill ended."""
+        pass
+
     cdef vector[KvEvent]* kv_events(self) noexcept nogil:
         """KV events recorded since they were last drained (NULL: the rank has no cache)."""
         return NULL

@@ -14,10 +14,9 @@ from libcpp.vector cimport vector
 from libcpp.deque cimport deque
 from libcpp.queue cimport priority_queue
 from libcpp.pair cimport pair
-from mocker._core._types cimport rid_t, KvEvent
+from mocker._core._types cimport rid_t, KvEvent, ceil_div
 from mocker._core.table cimport ReqTable, TokRun, RUN_GEN, ST_COMPLETED, ST_RUNNING, ST_FAILED
 from mocker._core.rank cimport Rank, step_group
-from mocker._core.vllm cimport VllmRank
 from mocker._core.router cimport KvRouter
 from mocker._core.stats cimport (Welford, welford_init, welford_add, welford_mean, welford_std,
                                  welford_min, welford_max, DDSketch, ddsketch_init, ddsketch_free,
@@ -55,6 +54,9 @@ cdef class ReplayCore:
     cdef double xfer_bytes                     # prefill engine: kv_transfer_bytes_per_token (0: none)
     cdef double xfer_bw                        # prefill engine: kv_transfer_bandwidth GB/s (0: none)
     cdef bint xfer_missing                     # destination_missing timing mode
+    cdef bint dest_first                       # SGLang order: the destination is reserved at arrival,
+                                               # then the prefill runs (vLLM/TRT-LLM: source first)
+    cdef vector[int64_t] dest_missing          # dest_first, per request: blocks missing at the destination
     cdef vector[int64_t] g_interval      # per worker: prefill_schedule_interval of its engine
     cdef vector[int8_t] stepped          # per rank: ran in its worker's current pass
     cdef vector[int64_t] next_rank       # per worker: round-robin rank counter
@@ -155,6 +157,9 @@ cdef class ReplayCore:
             self.xfer_bytes = disagg["bytes_per_token"] or 0.0
             self.xfer_bw = disagg["bandwidth_gbps"] or 0.0
             self.xfer_missing = disagg["destination_missing"]
+            self.dest_first = disagg.get("destination_first", False)
+            if self.dest_first:
+                self.dest_missing.resize(n, 0)
             self.pend_reserve.resize(self.n_ranks)
             self.pend_activate.resize(self.n_ranks)
             self.pend_release.resize(self.n_ranks)
@@ -215,6 +220,11 @@ cdef class ReplayCore:
                 vector[TokRun]().swap(self.full_runs[r])
         else:
             self.t.set_prompt_runs(r, self.runs.data() + self.run_off[r], self.run_off[r + 1] - self.run_off[r])
+        if self.dest_first:
+            self.arrived += 1
+            self.arrival_seq.push_back(r)
+            self._route_destination(r, at)
+            return
         if self.disagg:
             # the prefill pool runs the prompt with one hidden output token
             if self.routed:
@@ -239,6 +249,20 @@ cdef class ReplayCore:
         self.stalled[self.group_of[w]] = 0
         (<Rank>self.ranks[w]).add_request(r)
 
+    cdef void _submit_prefill(self, rid_t r, double now) noexcept nogil:
+        """Route ``r`` to a prefill rank and queue it there (it runs the prompt with one hidden
+        output token)."""
+        cdef int64_t w
+        if self.routed:
+            w = self.router.route(r, now)
+        else:
+            w = self.rr_next % self.n_prefill_ranks        # round robin over all prefill ranks
+            self.rr_next += 1
+        self.t.prefill_worker[r] = <int32_t>w
+        self.t.max_out[r] = 1
+        self.stalled[self.group_of[w]] = 0
+        (<Rank>self.ranks[w]).add_request(r)
+
     cdef void _on_terminal(self, rid_t r, double at) noexcept nogil:
         cdef rid_t nt = self.next_turn[r]
         cdef TokRun g
@@ -253,6 +277,8 @@ cdef class ReplayCore:
                     welford_add(&self.tput, 1000.0 / x)
                     ddsketch_add(&self.tput_sk, 1000.0 / x)
         vector[double]().swap(self.t.itl_buf[r])
+        if nt >= 0 and self.dest_first and self.t.status[r] == ST_FAILED:
+            nt = -1                 # SGLang: a failed handoff ends its session (no later turns)
         if nt >= 0:
             if self.delta:
                 # next prompt = this prompt + this turn's output + the next row's delta
@@ -390,7 +416,7 @@ cdef class ReplayCore:
             self.t.pool = 1 if w < self.n_prefill_workers else 2     # admissions are booked per pool
             if w >= self.n_prefill_workers:
                 for k in range(self.g_first[w], self.g_first[w] + self.g_n[w]):
-                    (<VllmRank>self.ranks[k]).pending_dest = self.pend_reserve[k].size() > 0
+                    (<Rank>self.ranks[k]).pending_dest = self.pend_reserve[k].size() > 0
         end = step_group(self.ranks.data() + self.g_first[w], self.g_n[w], now, throttle,
                          self.stepped.data() + self.g_first[w], &self._effect)
         self.wave[w] += 1
@@ -416,7 +442,7 @@ cdef class ReplayCore:
                     # take one waiting destination (a completion adds no attempt of its own)
                     n = 1 + <int64_t>self.pend_activate[k].size()
                     for r in self.pend_activate[k]:
-                        (<VllmRank>self.ranks[k]).activate_destination(r)
+                        (<Rank>self.ranks[k]).activate_destination(r)
                         self._activated(r, k, now)
                     self.pend_activate[k].clear()
                     self._try_reserve(k, now, n)
@@ -426,21 +452,31 @@ cdef class ReplayCore:
 
     # -- disaggregated handoff -------------------------------------------------------------
     cdef void _source_held(self, rid_t r, double now) noexcept nogil:
-        """``r``'s prefill ended: its KV is held; pick a decode rank and reserve room there."""
+        """``r``'s prefill ended: its KV is held; pick a decode rank and reserve room there
+        (destination first: the room is reserved already, the transfer starts)."""
         cdef int64_t d
         cdef int64_t dbs = (<Rank>self.ranks[self.n_prefill_ranks]).bs
         self.t.source_held[r] = now
         self.t.forget_tokens(r)             # the prefill pool's token is not visible
+        if self.dest_first:
+            self.t.status[r] = ST_RUNNING
+            self._start_transfer(r, now, self.dest_missing[r] * dbs)
+            return
         if (self.t.prompt_len[r] + dbs - 1) // dbs > (<Rank>self.ranks[self.n_prefill_ranks]).num_blocks:
             # no decode worker could ever hold the prompt: the handoff fails
             self.t.status[r] = ST_FAILED
             self.t.terminal_time[r] = now
-            (<VllmRank>self.ranks[self.t.prefill_worker[r]]).release_source(r)
+            (<Rank>self.ranks[self.t.prefill_worker[r]]).release_source(r)
             if self.routed:
                 self.router.on_terminal(r)
             self._on_terminal(r, now)
             return
         self.t.status[r] = ST_RUNNING
+        self._route_destination(r, now)
+
+    cdef void _route_destination(self, rid_t r, double now) noexcept nogil:
+        """Pick ``r``'s decode rank and queue its reservation there."""
+        cdef int64_t d
         if self.drouter is not None:
             d = self.drouter.route(r, now)
         else:
@@ -448,41 +484,61 @@ cdef class ReplayCore:
             self.drr_next += 1
         self.t.worker[r] = <int32_t>d
         d += self.n_prefill_ranks
+        if self.dest_first and (ceil_div(self.t.prompt_len[r], (<Rank>self.ranks[d]).bs)
+                                > (<Rank>self.ranks[d]).num_blocks
+                                or (<Rank>self.ranks[d]).max_model_len > 0
+                                and self.t.prompt_len[r] >= (<Rank>self.ranks[d]).max_model_len):
+            # no decode worker could ever hold the prompt (or take it under max_model_len): the
+            # handoff fails before any prefill
+            self.t.status[r] = ST_FAILED
+            self.t.terminal_time[r] = now
+            self.t.worker[r] = -1
+            if self.drouter is not None:
+                self.drouter.on_terminal(r)
+            self._on_terminal(r, now)
+            return
         self.pend_reserve[d].push_back(r)
         if not self.busy[self.group_of[d]]:
             self._try_reserve(d, now, 1)      # an idle decode worker takes it at once
+
+    cdef void _start_transfer(self, rid_t r, double now, int64_t missing_tokens) noexcept nogil:
+        cdef double tokens, delay = 0.0
+        if self.xfer_bytes > 0.0 and self.xfer_bw > 0.0:
+            tokens = <double>(missing_tokens if self.xfer_missing else self.t.prompt_len[r])
+            delay = (tokens * self.xfer_bytes) / (self.xfer_bw * 1e9) * 1000.0
+        self.transfers.push(Arrival(-(now + delay), -<int64_t>r))
 
     cdef void _try_reserve(self, int64_t k, double now, int64_t attempts) noexcept nogil:
         """Reserve up to ``attempts`` destinations waiting on decode rank ``k``, in order (the
         head of the line waits for room)."""
         cdef rid_t r
         cdef int64_t missing = 0
-        cdef double tokens, delay
         while self.pend_reserve[k].size() > 0 and attempts > 0:
             attempts -= 1
             r = self.pend_reserve[k].front()
             # the head is retried only once capacity changed (a completion or preemption) since
             # its last attempt
-            if (<VllmRank>self.ranks[k]).att_gen[r] == (<VllmRank>self.ranks[k]).cap_gen:
+            if (<Rank>self.ranks[k]).att_gen[r] == (<Rank>self.ranks[k]).cap_gen:
                 break
-            (<VllmRank>self.ranks[k]).att_gen[r] = (<VllmRank>self.ranks[k]).cap_gen
-            if ((<Rank>self.ranks[k]).max_num_seqs > 0 and
-                    <int64_t>(<Rank>self.ranks[k]).running.size() >= (<Rank>self.ranks[k]).max_num_seqs):
+            (<Rank>self.ranks[k]).att_gen[r] = (<Rank>self.ranks[k]).cap_gen
+            if (not self.dest_first and (<Rank>self.ranks[k]).max_num_seqs > 0
+                    and <int64_t>(<Rank>self.ranks[k]).running.size() >= (<Rank>self.ranks[k]).max_num_seqs):
                 break                       # no free sequence slot: the destination waits
-            if not (<VllmRank>self.ranks[k]).reserve_destination(r, &missing):
+            if not (<Rank>self.ranks[k]).reserve_destination(r, &missing):
                 break                       # head of line waits for room
             self.pend_reserve[k].pop_front()
             self.t.dest_reserved[r] = now
-            delay = 0.0
-            if self.xfer_bytes > 0.0 and self.xfer_bw > 0.0:
-                tokens = <double>(missing * (<Rank>self.ranks[k]).bs if self.xfer_missing
-                                  else self.t.prompt_len[r])
-                delay = (tokens * self.xfer_bytes) / (self.xfer_bw * 1e9) * 1000.0
-            self.transfers.push(Arrival(-(now + delay), -<int64_t>r))
+            if self.dest_first:
+                # SGLang: with room reserved on the decode rank the prefill is routed and runs;
+                # the transfer starts when its source is held
+                self.dest_missing[r] = missing
+                self._submit_prefill(r, now)
+            else:
+                self._start_transfer(r, now, missing * (<Rank>self.ranks[k]).bs)
 
     cdef void _activate(self, rid_t r, int64_t k, double now) noexcept nogil:
         """A transfer finished while decode rank ``k`` is idle."""
-        (<VllmRank>self.ranks[k]).activate_destination(r)
+        (<Rank>self.ranks[k]).activate_destination(r)
         self._activated(r, k, now)
         self._try_reserve(k, now, 1)
 
@@ -496,8 +552,11 @@ cdef class ReplayCore:
             self._release(r, p, now)
 
     cdef void _release(self, rid_t r, int64_t p, double now) noexcept nogil:
-        (<VllmRank>self.ranks[p]).release_source(r)
+        (<Rank>self.ranks[p]).release_source(r)
         self.t.source_released[r] = now
+        if self.dest_first and self.routed:
+            # SGLang: the released prompt pages enter the prefill rank's prefix cache now
+            self.router.on_events(<int32_t>p, (<Rank>self.ranks[p]).kv_events(), now)
         self.stalled[self.group_of[p]] = 0
         if self.routed:
             self.router.on_terminal(r)      # the prefill router's books: the handoff is complete

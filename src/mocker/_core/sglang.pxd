@@ -3,7 +3,7 @@
 # pressure retracts decodes, the prefix cache is a page radix tree.
 cimport cython
 from libcpp.vector cimport vector
-from mocker._core._types cimport int64_t, rid_t
+from mocker._core._types cimport int64_t, rid_t, slot_t
 from mocker._core.rank cimport Rank
 from mocker._core.radix cimport RadixCache
 
@@ -26,6 +26,11 @@ cdef class SglangRank(Rank):
     cdef bint grouped                 # dp_size > 1: the interval countdown is shared by the worker's ranks
     cdef bint idle_round              # grouped: the last pass was a deferred round with nothing to decode
     cdef int64_t own_path_conflicts    # admissions refused because the matched path had to be evicted
+    # disaggregated roles (destination first: the decode rank reserves before the prefill runs)
+    cdef bint hold_source             # prefill worker: a finished request's pages stay held
+    cdef vector[vector[slot_t]] held  # prefill worker, per request: held pages (its first ins[r] locked in the tree)
+    cdef bint decode_role             # decode worker
+    cdef vector[vector[slot_t]] dest  # decode worker, per request: reserved pages until activation
     # per request (indexed by rid)
     cdef vector[int64_t] ins          # leading pages inserted in (and locked from) the tree
     cdef vector[int64_t] touch        # clock of the request's latest match-lock / insert
@@ -37,10 +42,13 @@ cdef class SglangRank(Rank):
     cdef int64_t _pre                 # prefill batch: Σ prefix lengths
 
     cdef void _cache_materialized(self, rid_t r) noexcept nogil
+    cdef void _insert_pages(self, rid_t r, vector[slot_t]* pages, int64_t upto) noexcept nogil
     cdef void _release(self, rid_t r) noexcept nogil
     cdef void _finish(self, rid_t r, double end) noexcept nogil
     cdef void _retract(self, rid_t r) noexcept nogil
     cdef void _drop(self, rid_t r) noexcept nogil
+    cdef void _drop_pages(self, rid_t r, vector[slot_t]* pages) noexcept nogil
+    cdef void _admit_activated(self, double now) noexcept nogil
     cdef void _apply_lpm(self) noexcept nogil
     cdef int64_t _match_len(self, rid_t r) noexcept nogil
     cdef void _prefill_batch(self, double now) noexcept nogil

@@ -59,6 +59,17 @@ cdef class SglangRank(Rank):
         self.touch.resize(table.n, 0)
         self.skip_lo.resize(table.n, 0)
         self.skip_hi.resize(table.n, 0)
+        # disaggregated roles: a held source or a waiting destination is freed by the driver,
+        # so an effect-free pass only waits for it (not fatal)
+        self.hold_source = engine.get("worker_type") == "prefill"
+        self.decode_role = engine.get("worker_type") == "decode"
+        if self.hold_source:
+            self.held.resize(table.n)
+            self.stall_is_fatal = False
+        if self.decode_role:
+            self.dest.resize(table.n)
+            self.att_gen.resize(table.n, -1)
+            self.stall_is_fatal = False
 
     @property
     def cache_view(self):
@@ -78,23 +89,26 @@ cdef class SglangRank(Rank):
 
     # -- cache bookkeeping --------------------------------------------------------
     cdef void _cache_materialized(self, rid_t r) noexcept nogil:
-        """Insert the request's full materialized pages beyond those already inserted.
+        """Insert the request's full materialized pages beyond those already inserted."""
+        self._insert_pages(r, &self.t.blocks[r], self.t.computed[r] // self.bs)
+
+    cdef void _insert_pages(self, rid_t r, vector[slot_t]* pages, int64_t upto) noexcept nogil:
+        """Insert ``r``'s pages ``ins[r]:upto`` of ``pages`` in the tree (locked by ``r``).
 
         As in the reference's compressed tree: the insert refreshes the request's whole path
-        and every cached edge it runs through completely (lazily, see ``_drop``), new pages
-        extend the parent's edge when that is a leaf edge held by nobody else, and already
-        cached pages that end (or leave) an edge in its middle split it; that split-off
-        prefix keeps its old stamp.
+        and every cached edge it runs through completely (lazily, see ``_drop_pages``), new
+        pages extend the parent's edge when that is a leaf edge held by nobody else, and
+        already cached pages that end (or leave) an edge in its middle split it; that
+        split-off prefix keeps its old stamp.
         """
-        cdef int64_t i, upto, lo, seg, skip_lo = 0, skip_hi = 0
+        cdef int64_t i, lo, seg, skip_lo = 0, skip_hi = 0
         cdef slot_t parent, s
         cdef hash_t h
         cdef bint dup = False, head
         if not self.caching:
             return
-        upto = self.t.computed[r] // self.bs
-        if upto > <int64_t>self.t.blocks[r].size():
-            upto = <int64_t>self.t.blocks[r].size()
+        if upto > <int64_t>pages.size():
+            upto = <int64_t>pages.size()
         lo = self.ins[r]
         if upto <= lo:
             return              # nothing new: the path keeps the stamp of its last operation
@@ -103,14 +117,14 @@ cdef class SglangRank(Rank):
         seg = lo
         for i in range(lo, upto):
             if i + 8 < upto:
-                self.cache.prefetch(self.t.blocks[r][i + 8])
-            parent = self.t.blocks[r][i - 1] if i > 0 else -1
+                self.cache.prefetch(pages[0][i + 8])
+            parent = pages[0][i - 1] if i > 0 else -1
             h = self.t.block_hash(r, i)
             s = self.cache._child(parent, h)
             if s >= 0:
                 if self.cache.nodes[s].head:
                     seg = i
-                self.t.blocks[r][i] = self.cache.lock_cached(self.t.blocks[r][i], s)
+                pages[0][i] = self.cache.lock_cached(pages[0][i], s)
                 dup = True
                 continue
             if dup and not self.cache.is_edge_end(parent):
@@ -121,10 +135,10 @@ cdef class SglangRank(Rank):
                     or self.cache.nodes[parent].lock != 1)
             self.cache.ev_rid = r
             self.cache.ev_pos = <int32_t>i
-            self.t.blocks[r][i] = self.cache.insert_page(self.t.blocks[r][i], h, parent, stamp, head)
+            pages[0][i] = self.cache.insert_page(pages[0][i], h, parent, stamp, head)
             dup = False
-        if dup and not self.cache.is_edge_end(self.t.blocks[r][upto - 1]):
-            self.cache.split_after(self.t.blocks[r][upto - 1])      # ends inside a cached edge
+        if dup and not self.cache.is_edge_end(pages[0][upto - 1]):
+            self.cache.split_after(pages[0][upto - 1])      # ends inside a cached edge
             skip_lo = seg
             skip_hi = upto
         self.skip_lo[r] = skip_lo
@@ -138,15 +152,20 @@ cdef class SglangRank(Rank):
 
     cdef void _drop(self, rid_t r) noexcept nogil:
         """Unlock the request's cached path and free every page beyond it (nothing new is cached)."""
+        self._drop_pages(r, &self.t.blocks[r])
+        self.t.allocated[r] = 0
+
+    cdef void _drop_pages(self, rid_t r, vector[slot_t]* pages) noexcept nogil:
+        """Give back ``pages``, ``r``'s lease on this rank: its first ``ins[r]`` are locked tree
+        nodes, the rest private."""
         cdef int64_t i, n = self.ins[r]
-        self.cache.unlock_path(self.t.blocks[r].data(), n, self.touch[r], self.skip_lo[r], self.skip_hi[r])
-        for i in range(n, <int64_t>self.t.blocks[r].size()):
-            self.cache.free_page(self.t.blocks[r][i])
-        self.t.blocks[r].clear()
+        self.cache.unlock_path(pages.data(), n, self.touch[r], self.skip_lo[r], self.skip_hi[r])
+        for i in range(n, <int64_t>pages.size()):
+            self.cache.free_page(pages[0][i])
+        pages.clear()
         self.ins[r] = 0
         self.skip_lo[r] = 0
         self.skip_hi[r] = 0
-        self.t.allocated[r] = 0
 
     cdef bint abort(self, rid_t r) noexcept nogil:
         if not self._unqueue(r):
@@ -161,15 +180,35 @@ cdef class SglangRank(Rank):
         self.touch.resize(n, 0)
         self.skip_lo.resize(n, 0)
         self.skip_hi.resize(n, 0)
+        if self.hold_source:
+            self.held.resize(n)
+        if self.decode_role:
+            self.dest.resize(n)
+            self.att_gen.resize(n, -1)
 
     cdef void _finish(self, rid_t r, double end) noexcept nogil:
-        self._release(r)
+        cdef int64_t i, n
+        if self.hold_source:
+            # disaggregated prefill: the prompt's pages stay held (allocated, and not in the
+            # prefix cache yet) until the destination has them; the router hears of them now
+            if self.caching and self.cache.record_events:
+                n = self.t.computed[r] // self.bs
+                if n > <int64_t>self.t.blocks[r].size():
+                    n = <int64_t>self.t.blocks[r].size()
+                for i in range(self.ins[r], n):
+                    self.cache.events.push_back(KvEvent(self.t.block_hash(r, i), 1, r, <int32_t>i))
+            self.held[r].swap(self.t.blocks[r])
+            self.t.blocks[r].clear()
+        else:
+            self._release(r)
+            self.cap_gen += 1
         self.t.status[r] = ST_COMPLETED
         self.t.terminal_time[r] = end
         self.out_completed.push_back(r)
 
     cdef void _retract(self, rid_t r) noexcept nogil:
         self._drop(r)
+        self.cap_gen += 1
         self.t.computed[r] = 0
         self.t.status[r] = ST_WAITING
         self.waiting.push_back(r)
@@ -179,7 +218,10 @@ cdef class SglangRank(Rank):
     cdef int64_t _match_len(self, rid_t r) noexcept nogil:
         """Pages a (re)admission may take from the cache: all but the token to sample from."""
         cdef int64_t seq = self.t.prompt_len[r] + self.t.generated[r]
-        cdef int64_t n = (seq if self.t.max_out[r] == 0 else seq - 1) // self.bs
+        # (a disaggregated prefill samples one hidden token, yet a request asking for no output
+        # may take its whole prompt from the cache)
+        cdef bint samples = self.t.max_out[r] > 0 and not (self.hold_source and self.t.req_out[r] == 0)
+        cdef int64_t n = (seq - 1 if samples else seq) // self.bs
         self.t.ensure_hashed(r)
         if n > <int64_t>self.t.hashes[r].size():
             n = <int64_t>self.t.hashes[r].size()
@@ -315,8 +357,11 @@ cdef class SglangRank(Rank):
         cdef rid_t r, victim
         cdef int64_t rem, seq, need, avail, best, prev_rounds
         cdef double end = now, active, estimate = 0.0
-        cdef vector[rid_t] newly, done
+        cdef vector[rid_t] newly, done, zero
+        cdef int64_t nb
         cdef vector[int64_t] rems
+        if self.decode_role:
+            self._admit_activated(now)
         if self.grouped:
             # attention DP: the interval countdown belongs to the worker (finish_group_pass)
             # and holds back the prefills of every rank
@@ -359,12 +404,17 @@ cdef class SglangRank(Rank):
             return
         if self.lpm and self.caching and <int64_t>self.waiting.size() <= LPM_MAX_WAITING:
             self._apply_lpm()
-        if not defer:
+        if not defer and not (self.decode_role and self.pending_dest):
+            # (a decode worker readmits retracted requests only while no destination waits for
+            # room on it)
             self._prefill_batch(now)
 
         if self.batch.size() > 0:
-            # prefill pass: running requests stall
-            end = now + prefill_phase_ms(&self.tm, self.out.prefill_n, self._isl, self._pre)
+            # prefill pass: running requests stall.  A decode worker recomputes a retracted
+            # request's KV without prefill time (a pass of zero duration)
+            end = now
+            if not self.decode_role:
+                end = now + prefill_phase_ms(&self.tm, self.out.prefill_n, self._isl, self._pre)
             for r in self.batch:
                 if self.t.computed[r] < self.t.prompt_len[r] + self.t.generated[r]:
                     self._cache_materialized(r)
@@ -416,7 +466,10 @@ cdef class SglangRank(Rank):
             keep = 0
             for i in range(self.running.size()):
                 r = self.running[i]
-                if self.remaining(r) == 0:
+                if self.remaining(r) == 0 and self.decode_role and self.t.generated[r] == 0:
+                    # a transferred request that samples nothing completes at this pass's end
+                    zero.push_back(r)
+                elif self.remaining(r) == 0:
                     self._finish(r, now)
                     effect = True
                 else:
@@ -445,12 +498,16 @@ cdef class SglangRank(Rank):
                 effect = True
             if retracted:
                 estimate = self._estimate_ratio()   # from the survivors before this pass's tokens
-            if self.running.size() > 0:
+            if self.running.size() > 0 or zero.size() > 0:
                 active = 0.0
                 for r in self.running:
                     active += <double>(self.t.prompt_len[r] + self.t.generated[r])
-                self.out.decode_n = <int64_t>self.running.size()
-                end = now + decode_phase_ms(&self.tm, <int64_t>self.running.size(), active)
+                # (transferred requests that sample nothing ride along untimed: alone, they
+                # complete at once)
+                nb = <int64_t>self.running.size()
+                self.out.decode_n = nb
+                if nb > 0:
+                    end = now + decode_phase_ms(&self.tm, nb, active)
                 # this pass's KV slots are reserved together (evicting up front) before any
                 # request finishes and releases its pages; without room nobody decodes
                 need = 0
@@ -479,9 +536,11 @@ cdef class SglangRank(Rank):
                     self.running.resize(keep)
                     for r in done:
                         self._finish(r, end)
-                if self.out_emitted.size() == 0:
+                if self.out_emitted.size() == 0 and zero.size() == 0:
                     # nobody could get a KV slot: the pass did nothing (the run cannot progress)
                     end = now
+                for r in zero:
+                    self._finish(r, end)
             self.out.model_work = self.out_emitted.size() > 0
             if retracted:
                 self.new_token_ratio = estimate
@@ -544,3 +603,65 @@ cdef class SglangRank(Rank):
             cap += self.t.max_out[r]
         cdef double v = (<double>gen + 20.0 * <double>self.running.size()) / (<double>cap + 1.0)
         return v if v < 1.0 else 1.0
+
+
+    # -- disaggregated handoff, destination first (spec core-sim §6.6; REFERENCE_NOTES) ----
+    cdef void _admit_activated(self, double now) noexcept nogil:
+        """Decode worker: requests whose prompt KV arrived enter the running batch at the pass
+        start, in activation order, while sequence slots are free (nothing to compute)."""
+        cdef size_t i, keep = 0
+        cdef rid_t r
+        for i in range(self.waiting.size()):
+            r = self.waiting[i]
+            if self.t.activated[r] and (self.max_num_seqs <= 0
+                                        or <int64_t>self.running.size() < self.max_num_seqs):
+                self.t.activated[r] = 0
+                self.t.status[r] = ST_RUNNING
+                self.running.push_back(r)
+                self.t.record_decode_admission(r, now)
+            else:
+                self.waiting[keep] = r
+                keep += 1
+        while self.waiting.size() > keep:
+            self.waiting.pop_back()
+
+    cdef bint reserve_destination(self, rid_t r, int64_t* missing_blocks) noexcept nogil:
+        """Lock the prompt's resident prefix pages and allocate the rest (evicting as needed);
+        False (nothing changed) if the pool cannot hold them now."""
+        cdef int64_t bs = self.bs, plen = self.t.prompt_len[r]
+        cdef int64_t total = ceil_div(plen, bs), nfull = plen // bs, matched = 0, stamp
+        self.t.ensure_hashed(r)
+        if nfull > <int64_t>self.t.hashes[r].size():
+            nfull = <int64_t>self.t.hashes[r].size()
+        if self.caching:
+            matched = self.cache.match(self.t.hashes[r].data(), nfull)
+        if <int64_t>self.cache.free_slots.size() + self.cache.evictable < total - matched:
+            return False
+        self.dest[r].clear()
+        self.touch[r] = self.cache.tick()
+        self.skip_lo[r] = self.cache.lock_path(self.t.hashes[r].data(), matched, &self.dest[r])
+        self.skip_hi[r] = matched
+        self.ins[r] = matched
+        if not self.cache.alloc(total - matched, &self.dest[r]):
+            self._drop_pages(r, &self.dest[r])      # the matched path itself had to go
+            return False
+        missing_blocks[0] = total - matched
+        return True
+
+    cdef void activate_destination(self, rid_t r) noexcept nogil:
+        """The transferred prompt KV is in place: cache its pages, queue the request for decode."""
+        self.t.blocks[r].swap(self.dest[r])
+        vector[slot_t]().swap(self.dest[r])
+        self.t.computed[r] = self.t.prompt_len[r]
+        self.t.allocated[r] = <int64_t>self.t.blocks[r].size() * self.bs
+        self._cache_materialized(r)
+        self.t.activated[r] = 1
+        self.t.status[r] = ST_WAITING
+        self.waiting.push_back(r)
+
+    cdef void release_source(self, rid_t r) noexcept nogil:
+        """The destination has the KV: the held prompt pages enter the prefix cache and are
+        released (evictable)."""
+        self._insert_pages(r, &self.held[r], self.t.prompt_len[r] // self.bs)
+        self._drop_pages(r, &self.held[r])
+        vector[slot_t]().swap(self.held[r])

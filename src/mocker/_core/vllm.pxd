@@ -24,13 +24,10 @@ cdef class VllmRank(Rank):
     cdef bint hold_source           # prefill worker: a finished request's blocks stay held
     cdef vector[vector[slot_t]] held   # per request: held source blocks (prefill worker)
     cdef bint decode_role           # disaggregated decode worker
-    cdef bint pending_dest          # decode worker: a destination waits for room (set by the driver)
     cdef int64_t next_order         # decode worker: next destination ordinal
     cdef vector[int64_t] worder     # decode worker: per request, its destination ordinal
     cdef deque[rid_t] mat           # decode worker: activated (materialized) waiting requests, in order
     cdef vector[rid_t] dest_held    # decode worker: reserved destinations not activated yet
-    cdef int64_t cap_gen            # decode worker: capacity generation (completions, preemptions)
-    cdef vector[int64_t] att_gen    # decode worker: per waiting destination, generation of its last attempt
 
     cdef void _unschedule(self, rid_t v) noexcept nogil
     cdef rid_t _preempt_one(self) noexcept nogil
@@ -44,7 +41,4 @@ cdef class VllmRank(Rank):
     cdef void _finish(self, rid_t r, double end) noexcept nogil
     cdef void _insert_in_order(self, deque[rid_t]* q, rid_t r) noexcept nogil
     cdef void _admit_materialized(self, rid_t r, double now) noexcept nogil
-    cdef bint reserve_destination(self, rid_t r, int64_t* missing_blocks) noexcept nogil
     cdef void unreserve_destination(self, rid_t r) noexcept nogil
-    cdef void activate_destination(self, rid_t r) noexcept nogil
-    cdef void release_source(self, rid_t r) noexcept nogil

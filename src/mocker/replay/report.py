@@ -194,9 +194,11 @@ def build_records(cols: dict, order: np.ndarray, session_id: list, turn_index: l
                          "is_readmission": k > 0})
         w = int(cols["worker"][r])
         overlap = 0 if route_overlap_tokens is None else int(route_overlap_tokens[r])
+        pw = int(cols["prefill_worker"][r]) if disagg else -1
         if disagg:
-            pw = int(cols["prefill_worker"][r])
-            routes = [_route("prefill", pw, prefill_dp_size, min(overlap, int(cols["input_length"][r])))]
+            routes = []
+            if pw >= 0:
+                routes.append(_route("prefill", pw, prefill_dp_size, min(overlap, int(cols["input_length"][r]))))
             if w >= 0:
                 routes.append(_route("decode", w, dp_size, 0))
             handoff = {k: _opt(cols[k][r]) for k in _HANDOFF_KEYS}
@@ -220,12 +222,14 @@ def build_records(cols: dict, order: np.ndarray, session_id: list, turn_index: l
             "requested_output_length": int(cols["requested_output_length"][r]),
             "output_length": n_out,
             "reused_input_tokens": int(cols["reused_max"][r]),
-            "prefill_worker_idx": int(cols["prefill_worker"][r]) if disagg else None,
+            "prefill_worker_idx": int(cols["prefill_worker"][r]) if disagg and cols["prefill_worker"][r] >= 0 else None,
             "decode_worker_idx": w if w >= 0 else None,
             **handoff,
             "decode_reused_input_tokens": int(cols["reused_dec"][r]) if disagg and w >= 0 else None,
-            "prefill_route_overlap_tokens": routes[0]["reported_overlap_tokens"] if disagg else None,
-            "decode_route_overlap_tokens": 0 if disagg and w >= 0 else None,
+            "prefill_route_overlap_tokens": (routes[0]["reported_overlap_tokens"]
+                                             if disagg and routes and routes[0]["pool"] == "prefill" else None),
+            # (an SGLang request failing at arrival was routed to a decode worker only)
+            "decode_route_overlap_tokens": 0 if disagg and (w >= 0 or pw < 0) else None,
             "routing_history": routes,
             "admission_history": hist,
             "admission_count": len(hist),

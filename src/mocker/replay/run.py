@@ -145,9 +145,6 @@ def _engine_configs(extra_engine_args, prefill_engine_args, decode_engine_args, 
             raise ReplayError("kv_transfer_bandwidth must be finite and non-negative")
         if e["kv_transfer_bytes_per_token"] == 0:
             raise ReplayError("kv_transfer_bytes_per_token must be positive")
-    if pe["backend"] not in ("vllm", "trtllm"):
-        raise ReplayError(f"disaggregated replay with backend {pe['backend']} is not supported by mocker "
-                          "yet (vllm and trtllm only)")
     return pcfg, dcfg, npw, ndw
 
 
@@ -212,7 +209,9 @@ def simulate(workload: Workload, config: dict, *, num_workers: int = 1, concurre
                   "decode_router": decode_router,
                   "bytes_per_token": float(engine["kv_transfer_bytes_per_token"] or 0),
                   "bandwidth_gbps": float(engine["kv_transfer_bandwidth"] or 0.0),
-                  "destination_missing": engine["kv_transfer_timing_mode"] == "destination_missing"}
+                  "destination_missing": engine["kv_transfer_timing_mode"] == "destination_missing",
+                  # SGLang hands off destination first: the decode rank reserves at arrival
+                  "destination_first": engine["backend"] == "sglang"}
     core = ReplayCore(table, ranks, workload.columns(), concurrency or 0, cap, workload.delta, kv_router,
                       config["dp_size"], engine["prefill_schedule_interval"], disagg)
     slice_passes = 20000
