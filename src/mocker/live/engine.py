@@ -244,7 +244,7 @@ class LiveEngine:
         self._seed = seed
         self._routes: dict[Any, _Route] = {}
         self._by_row: dict[int, _Route] = {}
-        self._pending_cancel: list[_Route] = []
+        self._pending_cancel: list[tuple[_Route, asyncio.Future | None]] = []
         self._commands: deque[_Route] = deque()
         self._arrivals: list = []           # heap of (arrival_ms, seq, route)
         self._seq = itertools.count()
@@ -255,7 +255,6 @@ class LiveEngine:
         self._shutdown_result: asyncio.Future | None = None
         self._t = 0.0                       # modeled time the core has reached (last pass end)
         self._origin = 0.0
-        self._in_pass = False
         self._stalled = False
         self._metrics = [MockerMetrics.initial(r, self.num_gpu_blocks) for r in range(self.dp_size)]
         self._metrics_changed: asyncio.Event | None = None
@@ -319,9 +318,14 @@ class LiveEngine:
         cid = req.uuid if req.uuid is not None else uuidlib.uuid4()
         if cid in self._routes:
             raise LiveEngineError(f"request {cid} is already active")
-        tokens = np.asarray(req.tokens, dtype=np.int64)
+        try:
+            tokens = np.asarray(req.tokens, dtype=np.int64)
+        except (TypeError, ValueError, OverflowError) as e:
+            raise LiveEngineError(f"request tokens must be integer token ids: {e}") from e
         if tokens.ndim != 1:
             raise LiveEngineError("request tokens must be a flat list of token ids")
+        if tokens.size and int(tokens.min()) < 0:
+            raise LiveEngineError("request tokens must be non-negative token ids")
         route = _Route(client_id=cid, rank=int(req.dp_rank), tokens=tokens,
                        plan=list(req.output_token_ids) if req.output_token_ids is not None else None,
                        eff_len=eff, arrival_ms=req.arrival_ms, serial=next(self._serial))
@@ -510,7 +514,6 @@ class LiveEngine:
             self._admit_arrivals(start)
             if not core.has_work():
                 continue
-            self._in_pass = True
             end = core.step(start)
             self.passes += 1
             prepared = self._prepare_pass(start, end)
@@ -529,7 +532,6 @@ class LiveEngine:
                 if not core.effect:
                     self._stalled = True     # an effect-free instant pass: wait for a command
                 await asyncio.sleep(0)       # zero-duration passes still yield
-            self._in_pass = False
             self._t = end
             self._publish_pass(prepared)
             if prepared[4][0]:
