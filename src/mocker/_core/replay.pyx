@@ -8,14 +8,14 @@ columns and the streaming accumulators back once.
 """
 import numpy as np
 cimport numpy as cnp
-from libc.math cimport INFINITY
+from libc.math cimport INFINITY, isnan
 from libc.stdint cimport int8_t, int32_t, int64_t, uint64_t
 from libcpp.vector cimport vector
 from libcpp.deque cimport deque
 from libcpp.queue cimport priority_queue
 from libcpp.pair cimport pair
 from mocker._core._types cimport rid_t, KvEvent, ceil_div
-from mocker._core.table cimport ReqTable, TokRun, RUN_GEN, ST_COMPLETED, ST_RUNNING, ST_FAILED
+from mocker._core.table cimport ReqTable, TokRun, RUN_GEN, ST_COMPLETED, ST_RUNNING, ST_WAITING, ST_FAILED
 from mocker._core.rank cimport Rank, step_group
 from mocker._core.router cimport KvRouter
 from mocker._core.stats cimport (Welford, welford_init, welford_add, welford_mean, welford_std,
@@ -268,7 +268,11 @@ cdef class ReplayCore:
         cdef TokRun g
         cdef double x
         self.terminal += 1
-        self.t.release_content(r)
+        if not (self.disagg and self.t.status[r] != ST_FAILED and not isnan(self.t.source_held[r])
+                and isnan(self.t.source_released[r])):
+            self.t.release_content(r)
+        # (else the prefill worker still holds the prompt's source pages: their hashes are
+        # needed when they enter its prefix cache at the release, see _release)
         if self.t.status[r] == ST_COMPLETED:
             for x in self.t.itl_buf[r]:
                 welford_add(&self.itl, x)
@@ -554,6 +558,8 @@ cdef class ReplayCore:
     cdef void _release(self, rid_t r, int64_t p, double now) noexcept nogil:
         (<Rank>self.ranks[p]).release_source(r)
         self.t.source_released[r] = now
+        if self.t.status[r] != ST_RUNNING and self.t.status[r] != ST_WAITING:
+            self.t.release_content(r)       # it ended on the decode side before the release
         if self.dest_first and self.routed:
             # SGLang: the released prompt pages enter the prefill rank's prefix cache now
             self.router.on_events(<int32_t>p, (<Rank>self.ranks[p]).kv_events(), now)
