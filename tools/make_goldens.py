@@ -517,6 +517,11 @@ def sglang_disagg_scenarios():
           "the released prompt pages are still matched (reuse 960)",
           trace_block_size=64, **KVR,
           **pd_args(prefill={"kv_transfer_bytes_per_token": 1000000, "kv_transfer_bandwidth": 1000.0}, **sgf)),
+        T("pd_sglang_2p_seats", [pd_req(0, 500, 10, 100), pd_req(0, 600, 10, 200), pd_req(0, 700, 10, 300),
+                                 pd_req(0, 800, 10, 400)],
+          "SGLang 2P1D round robin, decode max_num_seqs 2: transfers ending at one instant activate "
+          "in the order they started (prefill worker 0's first), not by request id",
+          trace_block_size=64, num_prefill_workers=2, **pd_args(decode={"max_num_seqs": 2}, **sgf)),
         S("pd_sglang_synth", (2000, 40, 60), "SGLang synthetic 1P1D, rate 10, shared prefixes, kv_router",
           request_rate=10.0, shared_prefix_ratio=0.5, num_prefix_groups=3, **KVR,
           **pd_args(prefill=r8b, backend="sglang", block_size=64)),

@@ -50,7 +50,8 @@ cdef class ReplayCore:
     cdef vector[deque[rid_t]] pend_reserve     # per decode rank: destinations waiting for room (FIFO)
     cdef vector[vector[rid_t]] pend_activate   # per decode rank: transfers done while it was busy
     cdef vector[vector[rid_t]] pend_release    # per prefill rank: sources to free at its pass end
-    cdef priority_queue[Arrival] transfers     # (-done time, -rid)
+    cdef priority_queue[Arrival] transfers     # (-done time, -start order)
+    cdef vector[rid_t] xfer_rid                # start order -> request
     cdef double xfer_bytes                     # prefill engine: kv_transfer_bytes_per_token (0: none)
     cdef double xfer_bw                        # prefill engine: kv_transfer_bandwidth GB/s (0: none)
     cdef bint xfer_missing                     # destination_missing timing mode
@@ -353,7 +354,7 @@ cdef class ReplayCore:
             # 1b. KV transfers that finish now: activate the destination (at the decode
             #     worker's pass end if it is busy), then release the source
             while not self.transfers.empty() and -self.transfers.top().first <= now:
-                r = <rid_t>(-self.transfers.top().second)
+                r = self.xfer_rid[-self.transfers.top().second]
                 self.transfers.pop()
                 j = self.n_prefill_ranks + self.t.worker[r]
                 if self.busy[self.group_of[j]]:
@@ -510,7 +511,9 @@ cdef class ReplayCore:
         if self.xfer_bytes > 0.0 and self.xfer_bw > 0.0:
             tokens = <double>(missing_tokens if self.xfer_missing else self.t.prompt_len[r])
             delay = (tokens * self.xfer_bytes) / (self.xfer_bw * 1e9) * 1000.0
-        self.transfers.push(Arrival(-(now + delay), -<int64_t>r))
+        # transfers that finish at the same instant complete in the order they started
+        self.transfers.push(Arrival(-(now + delay), -<int64_t>self.xfer_rid.size()))
+        self.xfer_rid.push_back(r)
 
     cdef void _try_reserve(self, int64_t k, double now, int64_t attempts) noexcept nogil:
         """Reserve up to ``attempts`` destinations waiting on decode rank ``k``, in order (the
