@@ -522,6 +522,10 @@ def sglang_disagg_scenarios():
           "SGLang 2P1D round robin, decode max_num_seqs 2: transfers ending at one instant activate "
           "in the order they started (prefill worker 0's first), not by request id",
           trace_block_size=64, num_prefill_workers=2, **pd_args(decode={"max_num_seqs": 2}, **sgf)),
+        T("pd_sglang_fail_successor", [pd_req(0, 1000, 3, 100), pd_req(0, 300, 5, 200), pd_req(0, 200, 5, 300)],
+          "SGLang, concurrency 2, decode pool of 10 pages: the first prompt fails at arrival; the "
+          "session started in its place arrives at 0 but joins the prefill pass after (10)",
+          trace_block_size=64, replay_concurrency=2, **KVR, **pd_args(decode={"num_gpu_blocks": 10}, **sgf)),
         S("pd_sglang_synth", (2000, 40, 60), "SGLang synthetic 1P1D, rate 10, shared prefixes, kv_router",
           request_rate=10.0, shared_prefix_ratio=0.5, num_prefix_groups=3, **KVR,
           **pd_args(prefill=r8b, backend="sglang", block_size=64)),

@@ -331,6 +331,7 @@ cdef class ReplayCore:
         cdef int64_t w, budget = max_passes
         cdef rid_t r
         cdef int64_t j
+        cdef vector[rid_t] batch
         while budget > 0:
             tn = self._next_arrival()
             if not self.transfers.empty() and -self.transfers.top().first < tn:
@@ -365,12 +366,25 @@ cdef class ReplayCore:
             #    arrivals are routed; they join its next pass)
             if self.disagg and self._start_workers(now, &budget):
                 return True
-            while True:
-                r = self._pop_arrival(now)
-                if r < 0:
-                    break
-                # a session's later turn arrives at its scheduled time, not `now`
-                self._arrive(r, now)
+            if self.dest_first:
+                # the instant's arrivals are taken as a batch: a session whose turn fails at
+                # arrival starts its successor at this instant, but that one is routed only
+                # after the workers have started (it joins their next pass)
+                batch.clear()
+                while True:
+                    r = self._pop_arrival(now)
+                    if r < 0:
+                        break
+                    batch.push_back(r)
+                for r in batch:
+                    self._arrive(r, now)
+            else:
+                while True:
+                    r = self._pop_arrival(now)
+                    if r < 0:
+                        break
+                    # a session's later turn arrives at its scheduled time, not `now`
+                    self._arrive(r, now)
             # 3. idle workers with work start a pass; a pass that takes no time completes at
             #    once and the worker goes on, before anything it released can arrive
             if self._start_workers(now, &budget):
