@@ -507,6 +507,25 @@ def sglang_disagg_scenarios():
         T("pd_sglang_mix_pressure", mix, "SGLang bs 32, mixed trace, decode pool of 400 pages",
           **pd_args(decode={"num_gpu_blocks": 400}, backend="sglang", block_size=32)),
         T("pd_sglang_dp", tiny, "SGLang bs 16, decode dp 2, round robin", **pd_args(top_d={"dp_size": 2}, **sg16)),
+        T("pd_sglang_dedupe_retry", [pd_req(0, 640, 20, 100), pd_req(0, 640, 20, 100), pd_req(0, 630, 20, 300)],
+          "SGLang decode pool of 25 pages: an activation whose pages are already cached frees its "
+          "copies and the waiting destination is retried at once",
+          trace_block_size=64, **KVR, **pd_args(decode={"num_gpu_blocks": 25}, **sgf)),
+        T("pd_sglang_release_after_end", [pd_req(0, 1000, 0, 100), pd_req(5, 1000, 5, 200),
+                                          pd_req(12, 1100, 5, 100)],
+          "SGLang: a no-output request ends on the decode side before its source is released; "
+          "the released prompt pages are still matched (reuse 960)",
+          trace_block_size=64, **KVR,
+          **pd_args(prefill={"kv_transfer_bytes_per_token": 1000000, "kv_transfer_bandwidth": 1000.0}, **sgf)),
+        T("pd_sglang_2p_seats", [pd_req(0, 500, 10, 100), pd_req(0, 600, 10, 200), pd_req(0, 700, 10, 300),
+                                 pd_req(0, 800, 10, 400)],
+          "SGLang 2P1D round robin, decode max_num_seqs 2: transfers ending at one instant activate "
+          "in the order they started (prefill worker 0's first), not by request id",
+          trace_block_size=64, num_prefill_workers=2, **pd_args(decode={"max_num_seqs": 2}, **sgf)),
+        T("pd_sglang_fail_successor", [pd_req(0, 1000, 3, 100), pd_req(0, 300, 5, 200), pd_req(0, 200, 5, 300)],
+          "SGLang, concurrency 2, decode pool of 10 pages: the first prompt fails at arrival; the "
+          "session started in its place arrives at 0 but joins the prefill pass after (10)",
+          trace_block_size=64, replay_concurrency=2, **KVR, **pd_args(decode={"num_gpu_blocks": 10}, **sgf)),
         S("pd_sglang_synth", (2000, 40, 60), "SGLang synthetic 1P1D, rate 10, shared prefixes, kv_router",
           request_rate=10.0, shared_prefix_ratio=0.5, num_prefix_groups=3, **KVR,
           **pd_args(prefill=r8b, backend="sglang", block_size=64)),

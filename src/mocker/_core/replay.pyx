@@ -8,14 +8,14 @@ columns and the streaming accumulators back once.
 """
 import numpy as np
 cimport numpy as cnp
-from libc.math cimport INFINITY
+from libc.math cimport INFINITY, isnan
 from libc.stdint cimport int8_t, int32_t, int64_t, uint64_t
 from libcpp.vector cimport vector
 from libcpp.deque cimport deque
 from libcpp.queue cimport priority_queue
 from libcpp.pair cimport pair
 from mocker._core._types cimport rid_t, KvEvent, ceil_div
-from mocker._core.table cimport ReqTable, TokRun, RUN_GEN, ST_COMPLETED, ST_RUNNING, ST_FAILED
+from mocker._core.table cimport ReqTable, TokRun, RUN_GEN, ST_COMPLETED, ST_RUNNING, ST_WAITING, ST_FAILED
 from mocker._core.rank cimport Rank, step_group
 from mocker._core.router cimport KvRouter
 from mocker._core.stats cimport (Welford, welford_init, welford_add, welford_mean, welford_std,
@@ -50,7 +50,8 @@ cdef class ReplayCore:
     cdef vector[deque[rid_t]] pend_reserve     # per decode rank: destinations waiting for room (FIFO)
     cdef vector[vector[rid_t]] pend_activate   # per decode rank: transfers done while it was busy
     cdef vector[vector[rid_t]] pend_release    # per prefill rank: sources to free at its pass end
-    cdef priority_queue[Arrival] transfers     # (-done time, -rid)
+    cdef priority_queue[Arrival] transfers     # (-done time, -start order)
+    cdef vector[rid_t] xfer_rid                # start order -> request
     cdef double xfer_bytes                     # prefill engine: kv_transfer_bytes_per_token (0: none)
     cdef double xfer_bw                        # prefill engine: kv_transfer_bandwidth GB/s (0: none)
     cdef bint xfer_missing                     # destination_missing timing mode
@@ -268,7 +269,11 @@ cdef class ReplayCore:
         cdef TokRun g
         cdef double x
         self.terminal += 1
-        self.t.release_content(r)
+        if not (self.disagg and self.t.status[r] != ST_FAILED and not isnan(self.t.source_held[r])
+                and isnan(self.t.source_released[r])):
+            self.t.release_content(r)
+        # (else the prefill worker still holds the prompt's source pages: their hashes are
+        # needed when they enter its prefix cache at the release, see _release)
         if self.t.status[r] == ST_COMPLETED:
             for x in self.t.itl_buf[r]:
                 welford_add(&self.itl, x)
@@ -326,6 +331,7 @@ cdef class ReplayCore:
         cdef int64_t w, budget = max_passes
         cdef rid_t r
         cdef int64_t j
+        cdef vector[rid_t] batch
         while budget > 0:
             tn = self._next_arrival()
             if not self.transfers.empty() and -self.transfers.top().first < tn:
@@ -349,7 +355,7 @@ cdef class ReplayCore:
             # 1b. KV transfers that finish now: activate the destination (at the decode
             #     worker's pass end if it is busy), then release the source
             while not self.transfers.empty() and -self.transfers.top().first <= now:
-                r = <rid_t>(-self.transfers.top().second)
+                r = self.xfer_rid[-self.transfers.top().second]
                 self.transfers.pop()
                 j = self.n_prefill_ranks + self.t.worker[r]
                 if self.busy[self.group_of[j]]:
@@ -360,12 +366,25 @@ cdef class ReplayCore:
             #    arrivals are routed; they join its next pass)
             if self.disagg and self._start_workers(now, &budget):
                 return True
-            while True:
-                r = self._pop_arrival(now)
-                if r < 0:
-                    break
-                # a session's later turn arrives at its scheduled time, not `now`
-                self._arrive(r, now)
+            if self.dest_first:
+                # the instant's arrivals are taken as a batch: a session whose turn fails at
+                # arrival starts its successor at this instant, but that one is routed only
+                # after the workers have started (it joins their next pass)
+                batch.clear()
+                while True:
+                    r = self._pop_arrival(now)
+                    if r < 0:
+                        break
+                    batch.push_back(r)
+                for r in batch:
+                    self._arrive(r, now)
+            else:
+                while True:
+                    r = self._pop_arrival(now)
+                    if r < 0:
+                        break
+                    # a session's later turn arrives at its scheduled time, not `now`
+                    self._arrive(r, now)
             # 3. idle workers with work start a pass; a pass that takes no time completes at
             #    once and the worker goes on, before anything it released can arrive
             if self._start_workers(now, &budget):
@@ -506,7 +525,9 @@ cdef class ReplayCore:
         if self.xfer_bytes > 0.0 and self.xfer_bw > 0.0:
             tokens = <double>(missing_tokens if self.xfer_missing else self.t.prompt_len[r])
             delay = (tokens * self.xfer_bytes) / (self.xfer_bw * 1e9) * 1000.0
-        self.transfers.push(Arrival(-(now + delay), -<int64_t>r))
+        # transfers that finish at the same instant complete in the order they started
+        self.transfers.push(Arrival(-(now + delay), -<int64_t>self.xfer_rid.size()))
+        self.xfer_rid.push_back(r)
 
     cdef void _try_reserve(self, int64_t k, double now, int64_t attempts) noexcept nogil:
         """Reserve up to ``attempts`` destinations waiting on decode rank ``k``, in order (the
@@ -554,6 +575,8 @@ cdef class ReplayCore:
     cdef void _release(self, rid_t r, int64_t p, double now) noexcept nogil:
         (<Rank>self.ranks[p]).release_source(r)
         self.t.source_released[r] = now
+        if self.t.status[r] != ST_RUNNING and self.t.status[r] != ST_WAITING:
+            self.t.release_content(r)       # it ended on the decode side before the release
         if self.dest_first and self.routed:
             # SGLang: the released prompt pages enter the prefill rank's prefix cache now
             self.router.on_events(<int32_t>p, (<Rank>self.ranks[p]).kv_events(), now)

@@ -125,6 +125,9 @@ cdef class SglangRank(Rank):
                 if self.cache.nodes[s].head:
                     seg = i
                 pages[0][i] = self.cache.lock_cached(pages[0][i], s)
+                # the private duplicate goes back to the pool: a destination waiting for room on
+                # this (decode) rank is retried (an activation that dedupes frees pages)
+                self.cap_gen += 1
                 dup = True
                 continue
             if dup and not self.cache.is_edge_end(parent):
