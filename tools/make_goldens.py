@@ -536,6 +536,35 @@ def sglang_disagg_scenarios():
 # Attention data parallel (dp_size > 1; names prefixed dp_): a worker is dp_size ranks that
 # share one pass clock; prefill_schedule_interval throttles prefills of decoding ranks.
 # --------------------------------------------------------------------------------------------
+FUZZ108_LINES = [
+    '{"timestamp": 5000, "input_length": 19, "output_length": 170, "hash_ids": [1000000]}',
+    '{"timestamp": 5200, "session_id": "s0", "input_length": 909, "output_length": 147, "hash_ids": [1000000, 1000001]}',
+    '{"timestamp": 5400, "session_id": "s1", "input_length": 12022, "output_length": 156, "hash_ids": [17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40]}',
+    '{"timestamp": 5400, "input_length": 4, "output_length": 177, "hash_ids": [1000000]}',
+    '{"timestamp": 5400, "session_id": "s2", "input_length": 1517, "output_length": 42, "hash_ids": [76, 77, 78]}',
+    '{"timestamp": 5400, "session_id": "s3", "input_length": 2239, "output_length": 0, "hash_ids": [1000000, 1000001, 80, 81, 82]}',
+    '{"timestamp": 5400, "session_id": "s4", "input_length": 202, "output_length": 150, "hash_ids": [88, 89]}',
+    '{"timestamp": 5400, "input_length": 1233, "output_length": 60, "hash_ids": [1000000, 1000001, 94]}',
+    '{"timestamp": 5400, "input_length": 1802, "hash_ids": [95, 96, 97, 98], "output_tokens": 1}',
+    '{"timestamp": 5403, "session_id": "s5", "input_length": 2887, "output_length": 79, "hash_ids": [99, 100, 101, 102, 103, 104]}',
+    '{"timestamp": 5403, "input_length": 512, "output_length": 49, "hash_ids": [110]}',
+    '{"timestamp": 5603, "session_id": "s6", "input_length": 2890, "output_length": 113, "hash_ids": [1000000, 1000001, 111, 112, 113, 114]}',
+    '{"input_length": 1907, "output_length": 49, "hash_ids": [1000000, 1000001, 122, 123], "created_time": 5603}',
+    '{"timestamp": 5603, "output_length": 112, "hash_ids": [1000000]}',
+    '{"timestamp": 5603, "session_id": "s7", "input_length": 2373, "output_length": 1, "hash_ids": [1000000, 1000001, 124, 125, 126]}',
+    '{"timestamp": 5713, "session_id": "s7", "input_length": 2618, "output_length": 91, "hash_ids": [1000000, 1000001, 163, 164, 165, 166], "delay_ms": 0}',
+    '{"timestamp": 5603, "session_id": "s8", "input_length": 2605, "output_length": 1, "hash_ids": [1000000, 1000001, 167, 168, 169, 170]}',
+    '{"timestamp": 5613, "session_id": "s8", "input_length": 805, "output_length": 972, "hash_ids": [171, 172], "delay_ms": 40}',
+    '{"timestamp": 5653, "input_length": 2397, "output_length": 0, "hash_ids": [173, 174, 175, 176, 177]}',
+    '{"timestamp": 5653, "output_length": 413, "hash_ids": [1000000], "input_tokens": 316}',
+    '{"timestamp": 5653, "input_length": 19392, "output_length": 136, "hash_ids": [1000000, 1000001, 178, 179, 180, 181, 182, 183, 184, 185, 186, 187, 188, 189, 190, 191, 192, 193, 194, 195, 196, 197, 198, 199, 200, 201, 202, 203, 204, 205, 206, 207, 208, 209, 210, 211, 212, 213]}',
+    '{"timestamp": 5653, "input_length": 2910, "output_length": 0, "hash_ids": [1000000, 1000001, 214, 215, 216, 217]}',
+    '{"timestamp": 5654, "input_length": 545, "hash_ids": [1000000, 1000001], "output_tokens": 511}',
+    '{"timestamp": 5854, "session_id": "s9", "input_length": 1932, "output_length": 197, "hash_ids": [218, 219, 220, 221]}',
+    '{"timestamp": 5854, "input_length": 343, "output_length": 193, "hash_ids": [227]}',
+]
+
+
 def dp_scenarios():
     fixed = {"block_size": 64, "timing_model": {"type": "fixed", "prefill_ms": 10.0, "decode_ms": 1.0}}
     s1 = [line(0, 64, 5, [1]), line(5, 64, 3, [2]), line(15, 64, 2, [3])]
@@ -588,6 +617,29 @@ def dp_scenarios():
         S("dp_kvr_synth_groups", (1000, 50, 40), "kv_router, dp 2, shared prefixes", num_workers=2,
           arrival_interval_ms=0.0, shared_prefix_ratio=0.5, num_prefix_groups=2,
           extra_engine_args=eng_top({}, dp_size=2), **KVR),
+    ]
+    # attention DP scales schedule_conservativeness by 0.3: the admission ratio starts at 0.21
+    # (not 0.7) and decays 0.3x as fast.  bs 1, pools at the reference's admission threshold:
+    # the third request joins rank 0 at 10 (pool 232; ratio 0.7 would wait until 89), at 310
+    # after 300 decode passes (pool 881), and with conservativeness 2 (pool 249)
+    bs1 = {"backend": "sglang", "block_size": 1, "timing_model": fixed["timing_model"]}
+    ratio_s = [line(0, 34, 80, [1]), line(0, 10, 5, [2]), line(1, 22, 158, [3])]
+    out += [
+        T("dp2_sglang_ratio_init", ratio_s, "dp 2, SGLang bs 1: admission ratio starts at 0.3 x 0.7",
+          extra_engine_args=eng_top({**bs1, "num_gpu_blocks": 232}, dp_size=2)),
+        T("dp2_sglang_ratio_sc2", ratio_s, "dp 2, SGLang bs 1, schedule_conservativeness 2 (ratio 0.42)",
+          extra_engine_args=eng_top({**bs1, "num_gpu_blocks": 249, "sglang": {"schedule_conservativeness": 2.0}},
+                                    dp_size=2)),
+        T("dp2_sglang_ratio_decay", [line(0, 34, 500, [1]), line(0, 10, 5, [2]), line(310, 22, 500, [3])],
+          "dp 2, SGLang bs 1: the ratio decays by 0.3 x the single-rank step",
+          extra_engine_args=eng_top({**bs1, "num_gpu_blocks": 881, "sglang": {"clip_max_new_tokens": 4096}},
+                                    dp_size=2)),
+        # fuzz case 2201/108 (shrunk, fixed 80/10 timing): dp 2, prefill_decode_interval 5, bs 1
+        T("dp2_sglang_pdi5_fuzz108", FUZZ108_LINES, "fuzz 2201/108: dp 2 SGLang, interval 5, reserve pressure",
+          extra_engine_args=eng_top({"backend": "sglang", "num_gpu_blocks": 39056, "prefill_decode_interval": 5,
+                                     "sglang": {"clip_max_new_tokens": 256},
+                                     "timing_model": {"type": "fixed", "prefill_ms": 80.0, "decode_ms": 10.0}},
+                                    dp_size=2)),
     ]
     for i in (1, 2, 3, 5):
         out.append(T(f"dp2_throttle_i{i}", s2, f"dp 2, prefill_schedule_interval {i}", trace_block_size=64,

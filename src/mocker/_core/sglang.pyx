@@ -46,7 +46,12 @@ cdef class SglangRank(Rank):
         # max_prefill_tokens stays per rank
         self.chunked_prefill_size = (sg["chunked_prefill_size"] // dp_size) // self.bs * self.bs
         self.clip_max_new_tokens = sg["clip_max_new_tokens"]
-        self.init_ratio = 0.7 * sg["schedule_conservativeness"]
+        # attention DP also scales schedule_conservativeness by 0.3 (as SGLang's server args do
+        # for dp attention): the admission ratio starts, decays and bottoms out 0.3x as high
+        cdef double conservativeness = sg["schedule_conservativeness"]
+        if dp_size > 1:
+            conservativeness = conservativeness * 0.3
+        self.init_ratio = 0.7 * conservativeness
         self.min_ratio = 0.14 * self.init_ratio
         self.decay_step = (self.init_ratio - self.min_ratio) / 600.0
         self.new_token_ratio = self.init_ratio
