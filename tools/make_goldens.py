@@ -407,6 +407,12 @@ def disagg_scenarios():
           "a waiting destination lets only transferred requests in, past a preempted one", trace_block_size=64,
           **KVR, **pd_args(prefill={"kv_transfer_bytes_per_token": 100000, "kv_transfer_bandwidth": 1.0},
                            decode={"num_gpu_blocks": 68}, **fixed)),
+        T("pd_pressure_stall_new_dest", [pd_req(0, 1780, 106, 100), pd_req(0, 2128, 137, 200), pd_req(0, 2453, 128, 300),
+                                         pd_req(0, 2882, 1056, 400), pd_req(0, 2843, 454, 500),
+                                         pd_req(5000, 2250, 134, 600), pd_req(0, 11058, 58, 700)],
+          "decode pool of 195 blocks, round robin: an activated request stuck behind a preempted head is "
+          "admitted when a new destination queues (fuzz 2113/75)", trace_block_size=64,
+          **pd_args(decode={"num_gpu_blocks": 195}, prefill={"num_gpu_blocks": 195}, **fixed)),
         T("pd_pressure_seqs2", [pd_req(0, 1000, 30, 100), pd_req(0, 1001, 30, 200), pd_req(15, 600, 10, 300),
                                 pd_req(16, 500, 10, 400), pd_req(17, 700, 40, 500)],
           "decode max_num_seqs 2: destinations wait for a sequence slot", trace_block_size=64,

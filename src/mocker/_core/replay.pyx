@@ -517,6 +517,9 @@ cdef class ReplayCore:
             self._on_terminal(r, now)
             return
         self.pend_reserve[d].push_back(r)
+        # a waiting destination changes what the decode rank admits (only transferred requests
+        # while one waits): a stalled decode worker tries again
+        self.stalled[self.group_of[d]] = 0
         if not self.busy[self.group_of[d]]:
             self._try_reserve(d, now, 1)      # an idle decode worker takes it at once
 
