@@ -348,7 +348,13 @@ cdef class ReplayCore:
                 return True
             now = tn
             self.now = now
-            # 1. pass completions (worker order)
+            # 1. pass completions (worker order; disaggregated: the decode pool's first, so a
+            #    prefill that ends at a decode pass end hands off to an idle decode worker)
+            if self.disagg:
+                for w in range(self.n_prefill_workers, self.n_workers):
+                    if self.busy[w] and self.busy_until[w] == now:
+                        self.busy[w] = 0
+                        self._complete_worker_pass(w, now)
             for w in range(self.n_workers):
                 if self.busy[w] and self.busy_until[w] == now:
                     self.busy[w] = 0
