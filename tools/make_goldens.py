@@ -367,6 +367,11 @@ def disagg_scenarios():
     t3 = [pd_req(0, 1000, 30, 100), pd_req(0, 1001, 10, 200), pd_req(12, 300, 10, 400)]
     t6 = [pd_req(0, 1000, 5, 100), pd_req(500, 640, 5, 200), pd_req(600, 1000, 5, 100)]
     t8 = [pd_req(0, 1000, 10, 100), pd_req(0, 1001, 10, 200)]
+    pd_fail_sessions = [line(0, 3000, 10, range(418, 465), session_id="s2"),
+                        line(0, 292, 5, range(2000, 2005), session_id="s2", delay_ms=0),
+                        line(0, 100, 3, [9000, 9001], session_id="s3"),
+                        line(0, 200, 3, range(9100, 9104), session_id="s3", delay_ms=5),
+                        line(0, 128, 4, [9500, 9501])]
     return [
         T("pd_r8_tiny", tiny, "R8: 1P1D, kv_router, no transfer cost", **KVR, **pd_args()),
         T("pd_r8_tiny_rr", tiny, "R8 with round robin", **pd_args()),
@@ -407,6 +412,27 @@ def disagg_scenarios():
           "a waiting destination lets only transferred requests in, past a preempted one", trace_block_size=64,
           **KVR, **pd_args(prefill={"kv_transfer_bytes_per_token": 100000, "kv_transfer_bandwidth": 1.0},
                            decode={"num_gpu_blocks": 68}, **fixed)),
+        T("pd_pressure_stall_new_dest", [pd_req(0, 1780, 106, 100), pd_req(0, 2128, 137, 200), pd_req(0, 2453, 128, 300),
+                                         pd_req(0, 2882, 1056, 400), pd_req(0, 2843, 454, 500),
+                                         pd_req(5000, 2250, 134, 600), pd_req(0, 11058, 58, 700)],
+          "decode pool of 195 blocks, round robin: an activated request stuck behind a preempted head is "
+          "admitted when a new destination queues (fuzz 2113/75)", trace_block_size=64,
+          **pd_args(decode={"num_gpu_blocks": 195}, prefill={"num_gpu_blocks": 195}, **fixed)),
+        T("pd_failed_handoff_ends_session", pd_fail_sessions, "decode pool of 40 blocks: a prompt it cannot hold "
+          "fails at the handoff and its session's later turns never arrive", trace_block_size=64,
+          **pd_args(decode={"num_gpu_blocks": 40}, **fixed)),
+        T("pd_failed_handoff_ends_session_c1", pd_fail_sessions, "as pd_failed_handoff_ends_session, closed loop "
+          "concurrency 1 (the next session starts at the failure)", trace_block_size=64, replay_concurrency=1,
+          **pd_args(decode={"num_gpu_blocks": 40}, **fixed)),
+        T("pd_failed_handoff_rr_turn", [pd_req(0, 100, 3, 9000), pd_req(20, 3000, 10, 418), pd_req(40, 292, 5, 2000),
+                                        pd_req(60, 128, 5, 3000)],
+          "2 decode pools of 40 blocks, round robin: a failed handoff takes its decode router turn",
+          trace_block_size=64, num_decode_workers=2, **pd_args(decode={"num_gpu_blocks": 40}, **fixed)),
+        T("pd_hold_at_decode_pass_end", [pd_req(0, 64, 100, 100), pd_req(1, 64, 20, 200), pd_req(1, 64, 20, 300),
+                                         pd_req(1, 64, 20, 400)],
+          "prefills held at the instant a decode pass ends find the decode worker idle: all reserved at once",
+          trace_block_size=64,
+          **pd_args(prefill={"kv_transfer_bytes_per_token": 1000000, "kv_transfer_bandwidth": 64.0}, **fixed)),
         T("pd_pressure_seqs2", [pd_req(0, 1000, 30, 100), pd_req(0, 1001, 30, 200), pd_req(15, 600, 10, 300),
                                 pd_req(16, 500, 10, 400), pd_req(17, 700, 40, 500)],
           "decode max_num_seqs 2: destinations wait for a sequence slot", trace_block_size=64,

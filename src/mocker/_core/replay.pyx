@@ -282,8 +282,9 @@ cdef class ReplayCore:
                     welford_add(&self.tput, 1000.0 / x)
                     ddsketch_add(&self.tput_sk, 1000.0 / x)
         vector[double]().swap(self.t.itl_buf[r])
-        if nt >= 0 and self.dest_first and self.t.status[r] == ST_FAILED:
-            nt = -1                 # SGLang: a failed handoff ends its session (no later turns)
+        if nt >= 0 and self.disagg and self.t.status[r] == ST_FAILED:
+            nt = -1                 # a failed handoff ends its session (no later turns; a prefill
+                                    # rejection does not)
         if nt >= 0:
             if self.delta:
                 # next prompt = this prompt + this turn's output + the next row's delta
@@ -347,7 +348,13 @@ cdef class ReplayCore:
                 return True
             now = tn
             self.now = now
-            # 1. pass completions (worker order)
+            # 1. pass completions (worker order; disaggregated: the decode pool's first, so a
+            #    prefill that ends at a decode pass end hands off to an idle decode worker)
+            if self.disagg:
+                for w in range(self.n_prefill_workers, self.n_workers):
+                    if self.busy[w] and self.busy_until[w] == now:
+                        self.busy[w] = 0
+                        self._complete_worker_pass(w, now)
             for w in range(self.n_workers):
                 if self.busy[w] and self.busy_until[w] == now:
                     self.busy[w] = 0
@@ -482,7 +489,16 @@ cdef class ReplayCore:
             self._start_transfer(r, now, self.dest_missing[r] * dbs)
             return
         if (self.t.prompt_len[r] + dbs - 1) // dbs > (<Rank>self.ranks[self.n_prefill_ranks]).num_blocks:
-            # no decode worker could ever hold the prompt: the handoff fails
+            # no decode worker could ever hold the prompt: the handoff fails once the decode
+            # router has picked a worker (it takes a round-robin turn and stays in the routing
+            # history; `worker` keeps it, the record shows no decode worker)
+            if self.drouter is not None:
+                d = self.drouter.route(r, now)
+                self.drouter.on_terminal(r)
+            else:
+                d = self.drr_next % (self.n_ranks - self.n_prefill_ranks)
+                self.drr_next += 1
+            self.t.worker[r] = <int32_t>d
             self.t.status[r] = ST_FAILED
             self.t.terminal_time[r] = now
             (<Rank>self.ranks[self.t.prefill_worker[r]]).release_source(r)
@@ -517,6 +533,9 @@ cdef class ReplayCore:
             self._on_terminal(r, now)
             return
         self.pend_reserve[d].push_back(r)
+        # a waiting destination changes what the decode rank admits (only transferred requests
+        # while one waits): a stalled decode worker tries again
+        self.stalled[self.group_of[d]] = 0
         if not self.busy[self.group_of[d]]:
             self._try_reserve(d, now, 1)      # an idle decode worker takes it at once
 

@@ -223,9 +223,11 @@ def build_records(cols: dict, order: np.ndarray, session_id: list, turn_index: l
             "output_length": n_out,
             "reused_input_tokens": int(cols["reused_max"][r]),
             "prefill_worker_idx": int(cols["prefill_worker"][r]) if disagg and cols["prefill_worker"][r] >= 0 else None,
-            "decode_worker_idx": w if w >= 0 else None,
+            # (a vLLM/TRT-LLM handoff that fails was routed to a decode worker but never placed)
+            "decode_worker_idx": w if w >= 0 and not (disagg and _STATUS[status] == "failed") else None,
             **handoff,
-            "decode_reused_input_tokens": int(cols["reused_dec"][r]) if disagg and w >= 0 else None,
+            "decode_reused_input_tokens": (int(cols["reused_dec"][r])
+                                           if disagg and w >= 0 and _STATUS[status] != "failed" else None),
             "prefill_route_overlap_tokens": (routes[0]["reported_overlap_tokens"]
                                              if disagg and routes and routes[0]["pool"] == "prefill" else None),
             # (an SGLang request failing at arrival was routed to a decode worker only)
