@@ -146,8 +146,13 @@ class LiveRequest:
         return self
 
     async def __anext__(self) -> OutputSignal:
+        # recv()'s loop, inlined: ``async for`` is the per-token hot path of every consumer and
+        # one coroutine frame less per token is measurable with thousands of streams
         buf = self._buf
         while True:
+            if self._interrupted:
+                self._interrupted = False
+                raise StreamInterrupted()
             if buf:
                 return buf.popleft()
             if self._closed:
