@@ -428,6 +428,12 @@ def disagg_scenarios():
                                         pd_req(60, 128, 5, 3000)],
           "2 decode pools of 40 blocks, round robin: a failed handoff takes its decode router turn",
           trace_block_size=64, num_decode_workers=2, **pd_args(decode={"num_gpu_blocks": 40}, **fixed)),
+        T("pd_zero_output_full_hit", [pd_req(0, 1327, 0, 100), line(500, 128, 0, [100, 101]),
+                                      pd_req(500, 300, 5, 200), line(800, 192, 0, [100, 101, 102]),
+                                      line(800, 192, 0, [100, 101, 102])],
+          "a zero-output prompt fully cached on the prefill worker takes the whole hit (no last-token "
+          "recompute for the hidden token) and adds no decode time (fuzz 2115/56)", trace_block_size=64,
+          **pd_args(**fixed)),
         T("pd_hold_at_decode_pass_end", [pd_req(0, 64, 100, 100), pd_req(1, 64, 20, 200), pd_req(1, 64, 20, 300),
                                          pd_req(1, 64, 20, 400)],
           "prefills held at the instant a decode pass ends find the decode worker idle: all reserved at once",
