@@ -434,6 +434,13 @@ def disagg_scenarios():
           "a zero-output prompt fully cached on the prefill worker takes the whole hit (no last-token "
           "recompute for the hidden token) and adds no decode time (fuzz 2115/56)", trace_block_size=64,
           **pd_args(**fixed)),
+        T("pd_failed_handoff_release_order", [line(0, 128, 5, [1, 2]), pd_req(11, 768, 5, 100),
+                                              pd_req(100, 1088, 5, 200), line(200, 192, 5, [1, 2, 3])],
+          "a source release that waited for the prefill pass end frees its blocks before the failed "
+          "handoff of that pass does: LRU eviction then takes one of its prefix blocks (fuzz 2113/62)",
+          trace_block_size=64,
+          **pd_args(prefill={"num_gpu_blocks": 30, "kv_transfer_bytes_per_token": 1000000,
+                             "kv_transfer_bandwidth": 25.6}, decode={"num_gpu_blocks": 10}, **fixed)),
         T("pd_hold_at_decode_pass_end", [pd_req(0, 64, 100, 100), pd_req(1, 64, 20, 200), pd_req(1, 64, 20, 300),
                                          pd_req(1, 64, 20, 400)],
           "prefills held at the instant a decode pass ends find the decode worker idle: all reserved at once",
