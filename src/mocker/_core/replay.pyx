@@ -451,6 +451,13 @@ cdef class ReplayCore:
     cdef void _complete_worker_pass(self, int64_t w, double now) noexcept nogil:
         cdef int64_t k, n
         cdef rid_t r
+        if self.disagg and not self.dest_first and w < self.n_prefill_workers:
+            # vLLM/TRT-LLM: sources whose release waited for this pass end are released before
+            # the pass's own handoffs (a failed handoff frees its blocks after them: LRU order)
+            for k in range(self.g_first[w], self.g_first[w] + self.g_n[w]):
+                for r in self.pend_release[k]:
+                    self._release(r, k, now)
+                self.pend_release[k].clear()
         for k in range(self.g_first[w], self.g_first[w] + self.g_n[w]):
             if self.stepped[k]:
                 self._complete_pass(k, now)

@@ -323,9 +323,11 @@ cdef class VllmRank(Rank):
             active_cached = active_overlap * bs
             if active_cached > seq_len:
                 active_cached = seq_len
-            if cached >= seq_len and not self.trtllm and self.remaining(r) > 0:
+            if (cached >= seq_len and not self.trtllm and self.remaining(r) > 0
+                    and not (self.hold_source and self.t.req_out[r] == 0)):
                 # vLLM must compute at least the last token to sample from it; TRT-LLM and
-                # requests that sample nothing (zero output) take a full hit
+                # requests that sample nothing (zero output) take a full hit -- in a prefill pool
+                # too, although it samples one hidden token there
                 cached = ((seq_len - 1) // bs) * bs
             if defer and seq_len - cached > 1:
                 break                   # needs local prefill: not on a throttled pass
@@ -353,6 +355,8 @@ cdef class VllmRank(Rank):
                 continue
             if self.t.generated[r] == 0 and self.t.sched_pass[r] == self.pass_id and self.t.sched_prompt[r] > 0:
                 continue          # first token sampled from this pass's prefill
+            if self.hold_source and self.t.req_out[r] == 0:
+                continue          # a prefill pool's zero-output request: its hidden token is free
             n_decode += 1
             active += <double>seq_len
         decode_ms = decode_phase_ms(&self.tm, n_decode, active)
