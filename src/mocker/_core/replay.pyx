@@ -413,6 +413,11 @@ cdef class ReplayCore:
                     self.busy_until[w] = x
                     break
                 if not self._effect:
+                    if self.dest_first and w >= self.n_prefill_workers and self._retry_gated(w, now):
+                        # SGLang: a decode pass that did nothing because a destination waits
+                        # for room still lets the rank take one waiting destination; once
+                        # none waits, the gated readmission runs at this instant
+                        continue
                     if (<Rank>self.ranks[self.g_first[w]]).stall_is_fatal:
                         self.stalled_inflight = 0
                         for j in range(self.g_first[w], self.g_first[w] + self.g_n[w]):
@@ -423,6 +428,21 @@ cdef class ReplayCore:
                     break
                 self._complete_worker_pass(w, now)
         return 0
+
+    cdef bint _retry_gated(self, int64_t w, double now) noexcept nogil:
+        """Decode worker ``w`` ran an effect-free pass: one reservation attempt per rank with a
+        destination waiting; True if one was reserved."""
+        cdef int64_t k
+        cdef size_t n
+        cdef bint took = False
+        for k in range(self.g_first[w], self.g_first[w] + self.g_n[w]):
+            self.stepped[k] = 0
+            n = self.pend_reserve[k].size()
+            if n > 0:
+                self._try_reserve(k, now, 1)
+                if self.pend_reserve[k].size() < n:
+                    took = True
+        return took
 
     cdef bint _has_work(self, int64_t w) noexcept nogil:
         cdef int64_t k
