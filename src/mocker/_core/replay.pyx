@@ -371,18 +371,21 @@ cdef class ReplayCore:
                     self._activate(r, j, now)
             # 2. admissions (disaggregated: a worker with work restarts before the instant's
             #    arrivals are routed; they join its next pass)
-            if self.disagg and self._start_workers(now, &budget):
-                return True
             if self.dest_first:
-                # the instant's arrivals are taken as a batch: a session whose turn fails at
-                # arrival starts its successor at this instant, but that one is routed only
-                # after the workers have started (it joins their next pass)
+                # the instant's arrivals are taken as a batch: a session whose turn ends at this
+                # instant in a zero-duration pass of this restart (a no-output request activated
+                # on an idle decode worker) or fails at arrival starts its successor now, but
+                # that one is routed only after the workers have started (it joins their next
+                # pass)
                 batch.clear()
                 while True:
                     r = self._pop_arrival(now)
                     if r < 0:
                         break
                     batch.push_back(r)
+            if self.disagg and self._start_workers(now, &budget):
+                return True
+            if self.dest_first:
                 for r in batch:
                     self._arrive(r, now)
             else:
