@@ -504,6 +504,12 @@ def sglang_disagg_scenarios():
         "{\"timestamp\": 5009, \"session_id\": \"s3\", \"input_length\": 2922, \"output_length\": 22, \"hash_ids\": [3000000, 3000001, 147, 148, 149, 150]}",
         "{\"timestamp\": 5010, \"input_length\": 2236, \"output_length\": 61, \"hash_ids\": [1000000, 1000001, 1000002, 159, 160]}",
     ]
+    pass_end_first_lines = [
+        "{\"timestamp\": 0, \"session_id\": \"s0\", \"input_length\": 2030, \"output_length\": 110, \"hash_ids\": [2000000, 2000001, 2000002, 2000003]}",
+        "{\"timestamp\": 0, \"input_length\": 1222, \"output_length\": 191, \"hash_ids\": [2000000, 2000001, 2000002]}",
+        "{\"timestamp\": 0, \"input_length\": 1887, \"output_length\": 108, \"hash_ids\": [23, 24, 25, 26]}",
+        "{\"timestamp\": 0, \"input_length\": 1505, \"output_length\": 86, \"hash_ids\": [2000000, 2000001, 2000002]}",
+    ]
     return [
         T("pd_sglang_t1_transfer", [pd_req(0, 1000, 5, 100)], "SGLang: reserved at arrival, 1000 ms transfer",
           trace_block_size=64, **KVR, **pd_args(prefill=x1, **sgf)),
@@ -579,6 +585,12 @@ def sglang_disagg_scenarios():
                            decode={"num_gpu_blocks": 256}, backend="sglang", block_size=48, speedup_ratio=2.5,
                            prefill_decode_interval=1,
                            sglang={"schedule_policy": "lpm", "chunked_prefill_size": 3072})),
+        T("pd_sglang_pass_end_first", pass_end_first_lines,
+          "SGLang bs 1, 2P1D round robin (fuzz 2117/65, shrunk): a decode pass end tries its "
+          "reservation before the activation applied there frees duplicate prompt pages; 1887 is "
+          "reserved at that activation (54.484), the fully resident 1505 at the next pass end (86.134)",
+          num_prefill_workers=2,
+          **pd_args(prefill={"num_gpu_blocks": 8765}, decode={"num_gpu_blocks": 4382}, backend="sglang")),
         S("pd_sglang_synth", (2000, 40, 60), "SGLang synthetic 1P1D, rate 10, shared prefixes, kv_router",
           request_rate=10.0, shared_prefix_ratio=0.5, num_prefix_groups=3, **KVR,
           **pd_args(prefill=r8b, backend="sglang", block_size=64)),
