@@ -591,6 +591,14 @@ def sglang_disagg_scenarios():
           "reserved at that activation (54.484), the fully resident 1505 at the next pass end (86.134)",
           num_prefill_workers=2,
           **pd_args(prefill={"num_gpu_blocks": 8765}, decode={"num_gpu_blocks": 4382}, backend="sglang")),
+        T("pd_sglang_chunked_recompute", [pd_req(0, 1024, 3, 100), pd_req(0, 1024, 3, 200),
+                                          pd_req(1, 1000, 30, 300), pd_req(1, 1000, 30, 400)],
+          "SGLang decode pool of 33 pages, decode prefill_decode_interval 1 and 64-token chunks: the "
+          "retracted request's zero-duration recompute passes still count as prefill rounds (readmitted "
+          "at 51, first token at 61)",
+          trace_block_size=64, **KVR,
+          **pd_args(decode={"num_gpu_blocks": 33, "prefill_decode_interval": 1,
+                            "sglang": {"chunked_prefill_size": 64}}, **sgf)),
         S("pd_sglang_synth", (2000, 40, 60), "SGLang synthetic 1P1D, rate 10, shared prefixes, kv_router",
           request_rate=10.0, shared_prefix_ratio=0.5, num_prefix_groups=3, **KVR,
           **pd_args(prefill=r8b, backend="sglang", block_size=64)),
