@@ -505,6 +505,24 @@ def sglang_disagg_scenarios():
     xm = {**x1, "kv_transfer_timing_mode": "destination_missing"}
     r8b = {"kv_transfer_bytes_per_token": 131072, "kv_transfer_bandwidth": 50.0}
     sg16 = {"backend": "sglang", "block_size": 16}
+    gated_retry_lines = [
+        "{\"timestamp\": 5000, \"input_length\": 2089, \"output_length\": 100, \"hash_ids\": [10, 11, 12, 13, 14]}",
+        "{\"timestamp\": 5003, \"output_length\": 94, \"hash_ids\": [2000000, 2000001, 2000002, 2000003], \"input_tokens\": 1806}",
+        "{\"timestamp\": 5006, \"input_length\": 956, \"output_length\": 928, \"hash_ids\": [48, 49]}",
+        "{\"timestamp\": 5006, \"session_id\": \"s1\", \"input_length\": 987, \"output_length\": 154, \"hash_ids\": [1000000, 1000001]}",
+        "{\"timestamp\": 5009, \"input_length\": 1688, \"output_length\": 42, \"hash_ids\": [112, 113, 114, 115]}",
+        "{\"input_length\": 7385, \"output_length\": 47, \"hash_ids\": [2000000, 2000001, 2000002, 2000003, 2000004, 2000005, 2000006, 2000007, 116, 117, 118, 119, 120, 121, 122], \"created_time\": 5009}",
+        "{\"timestamp\": 5009, \"input_length\": 307, \"output_length\": 81, \"hash_ids\": [123]}",
+        "{\"timestamp\": 5009, \"input_length\": 11932, \"output_length\": 152, \"hash_ids\": [3000000, 3000001, 125, 126, 127, 128, 129, 130, 131, 132, 133, 134, 135, 136, 137, 138, 139, 140, 141, 142, 143, 144, 145, 146]}",
+        "{\"timestamp\": 5009, \"session_id\": \"s3\", \"input_length\": 2922, \"output_length\": 22, \"hash_ids\": [3000000, 3000001, 147, 148, 149, 150]}",
+        "{\"timestamp\": 5010, \"input_length\": 2236, \"output_length\": 61, \"hash_ids\": [1000000, 1000001, 1000002, 159, 160]}",
+    ]
+    pass_end_first_lines = [
+        "{\"timestamp\": 0, \"session_id\": \"s0\", \"input_length\": 2030, \"output_length\": 110, \"hash_ids\": [2000000, 2000001, 2000002, 2000003]}",
+        "{\"timestamp\": 0, \"input_length\": 1222, \"output_length\": 191, \"hash_ids\": [2000000, 2000001, 2000002]}",
+        "{\"timestamp\": 0, \"input_length\": 1887, \"output_length\": 108, \"hash_ids\": [23, 24, 25, 26]}",
+        "{\"timestamp\": 0, \"input_length\": 1505, \"output_length\": 86, \"hash_ids\": [2000000, 2000001, 2000002]}",
+    ]
     return [
         T("pd_sglang_t1_transfer", [pd_req(0, 1000, 5, 100)], "SGLang: reserved at arrival, 1000 ms transfer",
           trace_block_size=64, **KVR, **pd_args(prefill=x1, **sgf)),
@@ -565,6 +583,35 @@ def sglang_disagg_scenarios():
           "SGLang, concurrency 2, decode pool of 10 pages: the first prompt fails at arrival; the "
           "session started in its place arrives at 0 but joins the prefill pass after (10)",
           trace_block_size=64, replay_concurrency=2, **KVR, **pd_args(decode={"num_gpu_blocks": 10}, **sgf)),
+        T("pd_sglang_successor_zero_pass", [pd_req(0, 1000, 0, 100), pd_req(0, 300, 5, 200),
+                                            pd_req(10, 300, 5, 300)],
+          "SGLang, concurrency 2, decode pool of 17 pages: the no-output prompt ends at its activation "
+          "(10) in a zero-duration decode pass that reserves the next destination; the successor it "
+          "starts is reserved at 10 but prefilled in the next pass (20)",
+          trace_block_size=64, replay_concurrency=2, **KVR, **pd_args(decode={"num_gpu_blocks": 17}, **sgf)),
+        T("pd_sglang_gated_retry", gated_retry_lines,
+          "SGLang bs 48 (fuzz 2117/29, shrunk): with a retracted request waiting and a destination "
+          "waiting for room, the decode rank's effect-free pass still takes one destination (2236 "
+          "reserved at 7464.239 beside 2922), then the readmission runs at that instant",
+          **KVR, **pd_args(prefill={"num_gpu_blocks": 512, "kv_transfer_bytes_per_token": 1000,
+                                    "kv_transfer_bandwidth": 5.0},
+                           decode={"num_gpu_blocks": 256}, backend="sglang", block_size=48, speedup_ratio=2.5,
+                           prefill_decode_interval=1,
+                           sglang={"schedule_policy": "lpm", "chunked_prefill_size": 3072})),
+        T("pd_sglang_pass_end_first", pass_end_first_lines,
+          "SGLang bs 1, 2P1D round robin (fuzz 2117/65, shrunk): a decode pass end tries its "
+          "reservation before the activation applied there frees duplicate prompt pages; 1887 is "
+          "reserved at that activation (54.484), the fully resident 1505 at the next pass end (86.134)",
+          num_prefill_workers=2,
+          **pd_args(prefill={"num_gpu_blocks": 8765}, decode={"num_gpu_blocks": 4382}, backend="sglang")),
+        T("pd_sglang_chunked_recompute", [pd_req(0, 1024, 3, 100), pd_req(0, 1024, 3, 200),
+                                          pd_req(1, 1000, 30, 300), pd_req(1, 1000, 30, 400)],
+          "SGLang decode pool of 33 pages, decode prefill_decode_interval 1 and 64-token chunks: the "
+          "retracted request's zero-duration recompute passes still count as prefill rounds (readmitted "
+          "at 51, first token at 61)",
+          trace_block_size=64, **KVR,
+          **pd_args(decode={"num_gpu_blocks": 33, "prefill_decode_interval": 1,
+                            "sglang": {"chunked_prefill_size": 64}}, **sgf)),
         S("pd_sglang_synth", (2000, 40, 60), "SGLang synthetic 1P1D, rate 10, shared prefixes, kv_router",
           request_rate=10.0, shared_prefix_ratio=0.5, num_prefix_groups=3, **KVR,
           **pd_args(prefill=r8b, backend="sglang", block_size=64)),

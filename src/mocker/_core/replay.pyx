@@ -371,18 +371,21 @@ cdef class ReplayCore:
                     self._activate(r, j, now)
             # 2. admissions (disaggregated: a worker with work restarts before the instant's
             #    arrivals are routed; they join its next pass)
-            if self.disagg and self._start_workers(now, &budget):
-                return True
             if self.dest_first:
-                # the instant's arrivals are taken as a batch: a session whose turn fails at
-                # arrival starts its successor at this instant, but that one is routed only
-                # after the workers have started (it joins their next pass)
+                # the instant's arrivals are taken as a batch: a session whose turn ends at this
+                # instant in a zero-duration pass of this restart (a no-output request activated
+                # on an idle decode worker) or fails at arrival starts its successor now, but
+                # that one is routed only after the workers have started (it joins their next
+                # pass)
                 batch.clear()
                 while True:
                     r = self._pop_arrival(now)
                     if r < 0:
                         break
                     batch.push_back(r)
+            if self.disagg and self._start_workers(now, &budget):
+                return True
+            if self.dest_first:
                 for r in batch:
                     self._arrive(r, now)
             else:
@@ -413,6 +416,11 @@ cdef class ReplayCore:
                     self.busy_until[w] = x
                     break
                 if not self._effect:
+                    if self.dest_first and w >= self.n_prefill_workers and self._retry_gated(w, now):
+                        # SGLang: a decode pass that did nothing because a destination waits
+                        # for room still lets the rank take one waiting destination; once
+                        # none waits, the gated readmission runs at this instant
+                        continue
                     if (<Rank>self.ranks[self.g_first[w]]).stall_is_fatal:
                         self.stalled_inflight = 0
                         for j in range(self.g_first[w], self.g_first[w] + self.g_n[w]):
@@ -423,6 +431,21 @@ cdef class ReplayCore:
                     break
                 self._complete_worker_pass(w, now)
         return 0
+
+    cdef bint _retry_gated(self, int64_t w, double now) noexcept nogil:
+        """Decode worker ``w`` ran an effect-free pass: one reservation attempt per rank with a
+        destination waiting; True if one was reserved."""
+        cdef int64_t k
+        cdef size_t n
+        cdef bint took = False
+        for k in range(self.g_first[w], self.g_first[w] + self.g_n[w]):
+            self.stepped[k] = 0
+            n = self.pend_reserve[k].size()
+            if n > 0:
+                self._try_reserve(k, now, 1)
+                if self.pend_reserve[k].size() < n:
+                    took = True
+        return took
 
     cdef bint _has_work(self, int64_t w) noexcept nogil:
         cdef int64_t k
@@ -473,6 +496,17 @@ cdef class ReplayCore:
                 else:
                     # the pass end, and each activation applied there, lets the decode rank
                     # take one waiting destination (a completion adds no attempt of its own)
+                    if self.dest_first:
+                        # SGLang: the pass end's attempt comes first, then each activation
+                        # applied there gives its own (an activation that frees duplicate pages
+                        # lets the head in; the pass end's attempt did not see that room)
+                        self._try_reserve(k, now, 1)
+                        for r in self.pend_activate[k]:
+                            (<Rank>self.ranks[k]).activate_destination(r)
+                            self._activated(r, k, now)
+                            self._try_reserve(k, now, 1)
+                        self.pend_activate[k].clear()
+                        continue
                     n = 1 + <int64_t>self.pend_activate[k].size()
                     for r in self.pend_activate[k]:
                         (<Rank>self.ranks[k]).activate_destination(r)

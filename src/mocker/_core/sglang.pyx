@@ -468,6 +468,11 @@ cdef class SglangRank(Rank):
                 self.out.model_work = True
                 if not self.grouped:
                     self.prefill_rounds_remaining = self.prefill_decode_interval
+            elif self.decode_role and self.out.committed_prefill > 0 and not self.grouped:
+                # a decode worker's recompute pass takes no time but is a prefill round all the
+                # same: with prefill_decode_interval the next chunk waits for the decode rounds
+                # (fuzz 2117/29: a 2-chunk readmission's second chunk runs one decode pass later)
+                self.prefill_rounds_remaining = self.prefill_decode_interval
             effect = True
         else:
             # decode pass over the running requests
