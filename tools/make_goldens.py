@@ -622,6 +622,14 @@ def sglang_disagg_scenarios():
 # Attention data parallel (dp_size > 1; names prefixed dp_): a worker is dp_size ranks that
 # share one pass clock; prefill_schedule_interval throttles prefills of decoding ranks.
 # --------------------------------------------------------------------------------------------
+DRAIN2252_LINES = [
+    '{"timestamp": 0, "output_length": 0, "hash_ids": [1000000, 1000001, 10, 11, 12, 13, 14, 15, 16, 17], '
+    '"input_tokens": 917}',
+    line(50, 1536, 160, [1000000, 1000001] + list(range(128, 142))),
+    line(50, 2351, 56, [1000000, 1000001] + list(range(166, 188))),
+]
+DRAIN_RATIO_LINES = [line(0, 34, 300, [1]), line(0, 10, 1, [2]), line(305, 20, 0, [3]), line(305, 10, 0, [4]),
+                     line(400, 22, 400, [5]), line(400, 10, 1, [6]), line(401, 30, 400, [7])]
 FUZZ108_LINES = [
     '{"timestamp": 5000, "input_length": 19, "output_length": 170, "hash_ids": [1000000]}',
     '{"timestamp": 5200, "session_id": "s0", "input_length": 909, "output_length": 147, "hash_ids": [1000000, 1000001]}',
@@ -725,6 +733,22 @@ def dp_scenarios():
           extra_engine_args=eng_top({"backend": "sglang", "num_gpu_blocks": 39056, "prefill_decode_interval": 5,
                                      "sglang": {"clip_max_new_tokens": 256},
                                      "timing_model": {"type": "fixed", "prefill_ms": 80.0, "decode_ms": 10.0}},
+                                    dp_size=2)),
+        # fuzz case 2252/11 (shrunk): the worker drains after a zero-output prefill with interval
+        # rounds left; it ran them at that pass end, so the over-long prompt arriving later is
+        # rejected at the end of its companion's prefill (90.82), not in a zero-duration round
+        T("dp2_sglang_mml_drain_fuzz2252", DRAIN2252_LINES, "fuzz 2252/11: dp 2 SGLang, interval 5, "
+          "max_model_len 2048: a drained worker runs its interval rounds at once",
+          extra_engine_args=eng_top({"backend": "sglang", "num_gpu_blocks": 40102, "max_model_len": 2048,
+                                     "prefill_decode_interval": 5}, dp_size=2)),
+        # the same drain resets the admission ratio of a rank that decoded (bs 1, fixed 10/1):
+        # the request at 401 joins at 415 only from a pool of 550 (without the zero-output
+        # prefill at 305: 510)
+        T("dp2_sglang_drain_ratio", DRAIN_RATIO_LINES, "dp 2 SGLang bs 1, interval 5: a drained worker's "
+          "idle interval rounds reset the admission ratio",
+          extra_engine_args=eng_top({"backend": "sglang", "block_size": 1, "num_gpu_blocks": 540,
+                                     "prefill_decode_interval": 5,
+                                     "timing_model": {"type": "fixed", "prefill_ms": 10.0, "decode_ms": 1.0}},
                                     dp_size=2)),
     ]
     for i in (1, 2, 3, 5):

@@ -48,7 +48,8 @@ cdef class Rank:
     cdef void emit_token(self, rid_t r, double end) noexcept nogil
     cdef vector[KvEvent]* kv_events(self) noexcept nogil
     cdef void restamp(self, double end) noexcept nogil
-    cdef bint finish_group_pass(self, bint stepped, bint any_prefill, bint any_model) noexcept nogil
+    cdef void begin_group_pass(self, double now) noexcept nogil
+    cdef bint finish_group_pass(self, bint stepped, bint any_prefill, bint any_model, double end) noexcept nogil
     cdef bint abort(self, rid_t r) noexcept nogil
     cdef void grow(self, int64_t n) noexcept nogil
     cdef bint _unqueue(self, rid_t r) noexcept nogil

@@ -99,9 +99,13 @@ cdef class Rank:
             self.t.terminal_time[r] = end
         self.out.end = end
 
-    cdef bint finish_group_pass(self, bint stepped, bint any_prefill, bint any_model) noexcept nogil:
-        """A data-parallel worker pass ended (``stepped``: this rank ran in it; ``any_*``: what
-        any rank of the worker did).  Returns True if the rank's state changed."""
+    cdef void begin_group_pass(self, double now) noexcept nogil:
+        """A data-parallel worker pass starts at ``now`` (called for every rank, before any steps)."""
+        pass
+
+    cdef bint finish_group_pass(self, bint stepped, bint any_prefill, bint any_model, double end) noexcept nogil:
+        """A data-parallel worker pass ended at ``end`` (``stepped``: this rank ran in it;
+        ``any_*``: what any rank of the worker did).  Returns True if the rank's state changed."""
         return False
 
     cdef bint abort(self, rid_t r) noexcept nogil:
@@ -179,6 +183,9 @@ cdef double step_group(void** ranks, int64_t n, double now, bint throttle, int8_
     cdef double end = now
     cdef bint any_prefill = False, any_model = False
     effect[0] = False
+    if n > 1:
+        for k in range(n):
+            (<Rank>ranks[k]).begin_group_pass(now)
     for k in range(n):
         if not (<Rank>ranks[k]).has_work():
             stepped[k] = 0
@@ -198,6 +205,6 @@ cdef double step_group(void** ranks, int64_t n, double now, bint throttle, int8_
         for k in range(n):
             if stepped[k] and (<Rank>ranks[k]).out.end != end:
                 (<Rank>ranks[k]).restamp(end)
-            if (<Rank>ranks[k]).finish_group_pass(stepped[k], any_prefill, any_model):
+            if (<Rank>ranks[k]).finish_group_pass(stepped[k], any_prefill, any_model, end):
                 effect[0] = True
     return end

@@ -582,10 +582,19 @@ cdef class SglangRank(Rank):
         self.out.effect = (effect or self.out_emitted.size() > 0 or self.out_completed.size() > 0
                            or self.out_rejected.size() > 0)
 
-    cdef bint finish_group_pass(self, bint stepped, bint any_prefill, bint any_model) noexcept nogil:
+    cdef void begin_group_pass(self, double now) noexcept nogil:
+        """Attention DP: a worker that idled since its last pass end (no rank had work) ran its
+        remaining interval rounds there as idle rounds, as a single rank does (see ``step``):
+        the next pass meets no interval and a reset admission ratio (fuzz 2252/11)."""
+        if self.prefill_rounds_remaining > 0 and now > self.last_end and self.running.size() == 0:
+            self.prefill_rounds_remaining = 0
+            self.new_token_ratio = self.init_ratio
+
+    cdef bint finish_group_pass(self, bint stepped, bint any_prefill, bint any_model, double end) noexcept nogil:
         """Attention DP: every rank of the worker sees the same prefill signal at the pass end,
         so the interval countdown stays in step across ranks (idle ones included)."""
         cdef int64_t prev = self.prefill_rounds_remaining
+        self.last_end = end                             # grouped: the worker's latest pass end
         if stepped and self.idle_round and not any_model:
             self.new_token_ratio = self.init_ratio      # no rank ran a forward: an idle round
         self.idle_round = False
