@@ -227,15 +227,11 @@ cdef class ReplayCore:
             self._route_destination(r, at)
             return
         if self.disagg:
-            # the prefill pool runs the prompt with one hidden output token
-            if self.routed:
-                w = self.router.route(r, at)
-            else:
-                w = self.rr_next % self.n_prefill_ranks        # round robin over all prefill ranks
-                self.rr_next += 1
-            self.t.prefill_worker[r] = <int32_t>w
-            self.t.max_out[r] = 1
-        elif self.routed:
+            self._submit_prefill(r, at)
+            self.arrived += 1
+            self.arrival_seq.push_back(r)
+            return
+        if self.routed:
             w = self.router.route(r, at)
             self.t.worker[r] = <int32_t>w
         else:
