@@ -6,6 +6,10 @@ in C (``LiveCore.step``), sleeps until the modeled end on the wall clock, then p
 boundary as one ordered transaction: admissions → KV events + forward-pass metrics → output
 signals → cleanup of streams whose consumers fell behind → metrics snapshot.
 
+Waking thousands of consumer tasks takes milliseconds, so by default the hand-out starts half
+the measured fan-out before the modeled end (``handout_lead="auto"``): consumers see their tokens
+centred on the modeled time instead of all after it.  ``handout_lead=0`` never hands out early.
+
 Modeled time is milliseconds since engine start.  A pass starts where the previous one ended
 (or at the arrival that woke an idle engine), never at the wall time the loop happened to get
 to it, so lateness of one pass never inflates later modeled times, and a live run replays the
@@ -26,6 +30,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from mocker._core.live import LiveCore
+from mocker._core.stream import SignalStream, StreamInterrupted, handout
 from mocker._core.table import ReqTable
 from mocker.config import ConfigError, normalize_config
 from mocker.events.kv import BlockRemoved, BlockStored, KvEventBatch, KvEventSink
@@ -34,14 +39,14 @@ from mocker.events.metrics import ForwardPassSnapshot, MockerMetrics
 log = logging.getLogger("mocker.live")
 
 ST_REJECTED = 4
+_clock = time.monotonic              # the wall clock of pacing (loop.time() is ms-coarse on uvloop)
+_TIMER_SLACK_S = 0.001               # the loop's timer wakes up to ~1 ms late: sleep short, then yield
+_FANOUT_MIN_SIGNALS = 64             # passes that hand out fewer signals do not update the estimate
+_FANOUT_SAMPLES = 9                  # the estimate is the median of this many recent passes
 
 
 class LiveEngineError(RuntimeError):
     """A request the live engine refuses, or an engine that is not running (spec live §1.3)."""
-
-
-class StreamInterrupted(Exception):
-    """``recv()`` was woken by ``LiveRequest.interrupt()`` (its caller's context stopped)."""
 
 
 # -- values -----------------------------------------------------------------------------------
@@ -85,46 +90,19 @@ class FullResponse:
 
 
 # -- request streams ---------------------------------------------------------------------------
-class LiveRequest:
-    """The stream of one request: ``await recv()`` (None at the end) or ``async for``."""
+class LiveRequest(SignalStream):
+    """The stream of one request: ``await recv()`` (None at the end) or ``async for``.
 
-    __slots__ = ("client_id", "_engine", "_route", "_buf", "_cap", "_closed", "_waiter", "_interrupted")
+    The queue and the hand-off are compiled (``mocker._core.stream``): reading a signal costs
+    one asyncio future and one task step, and a read cancelled at any moment loses nothing."""
+
+    __slots__ = ("client_id", "_engine", "_route")
 
     def __init__(self, engine: "LiveEngine", route: "_Route", capacity: int):
+        self._init_stream(engine._loop, capacity)
         self.client_id = route.client_id
         self._engine = engine
         self._route = route
-        self._buf: deque[OutputSignal] = deque()
-        self._cap = capacity
-        self._closed = False
-        self._waiter: asyncio.Future | None = None
-        self._interrupted = False
-
-    # producer side (the pass loop)
-    def _offer(self, sig: OutputSignal) -> bool:
-        if self._closed:
-            return False
-        if len(self._buf) >= self._cap:
-            return False
-        self._buf.append(sig)
-        self._wake()
-        return True
-
-    def _close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self._wake()
-
-    def _wake(self) -> None:
-        w = self._waiter
-        if w is not None and not w.done():
-            w.set_result(None)
-
-    # consumer side
-    def interrupt(self) -> None:
-        """Make the pending (or next) ``recv()`` raise ``StreamInterrupted`` once."""
-        self._interrupted = True
-        self._wake()
 
     async def recv(self) -> OutputSignal | None:
         """The next signal, or None once the stream has ended."""
@@ -132,25 +110,6 @@ class LiveRequest:
             return await self.__anext__()
         except StopAsyncIteration:
             return None
-
-    def __aiter__(self):
-        return self
-
-    async def __anext__(self) -> OutputSignal:
-        buf = self._buf
-        while True:
-            if self._interrupted:
-                self._interrupted = False
-                raise StreamInterrupted()
-            if buf:
-                return buf.popleft()
-            if self._closed:
-                raise StopAsyncIteration
-            w = self._waiter = self._engine._loop.create_future()
-            try:
-                await w
-            finally:
-                self._waiter = None
 
     async def cancel(self) -> bool:
         """Cancel this request (False if it already ended)."""
@@ -161,10 +120,6 @@ class LiveRequest:
     def close(self) -> None:
         """The consumer is gone ("drop"): stop the request, fire and forget."""
         self._engine._drop_stream(self._route)
-
-    @property
-    def closed(self) -> bool:
-        return self._closed and not self._buf
 
 
 @dataclass(slots=True, eq=False)
@@ -213,7 +168,7 @@ class LiveEngine:
                  kv_event_sinks: Sequence[KvEventSink | None] | None = None,
                  fpm_sink: Callable[[int, ForwardPassSnapshot], None] | None = None,
                  admission_observer: Callable[[Any, int, float], None] | None = None,
-                 seed: int = 0):
+                 seed: int = 0, handout_lead: float | str = "auto"):
         try:
             self.config = normalize_config(config)
         except ConfigError as e:
@@ -236,6 +191,15 @@ class LiveEngine:
         self._fpm_sink = fpm_sink
         self._admission_observer = admission_observer
         self._seed = seed
+        if handout_lead == "auto":
+            self._lead_fixed = None
+        elif isinstance(handout_lead, (int, float)) and not isinstance(handout_lead, bool) \
+                and 0.0 <= float(handout_lead) < float("inf"):
+            self._lead_fixed = float(handout_lead)
+        else:
+            raise LiveEngineError(f"handout_lead must be \"auto\" or a finite number of seconds >= 0, "
+                                  f"got {handout_lead!r}")
+        self._fanout: deque[float] = deque(maxlen=_FANOUT_SAMPLES)   # see _handout_lead
         self._routes: dict[Any, _Route] = {}
         self._by_row: dict[int, _Route] = {}
         self._pending_cancel: list[tuple[_Route, asyncio.Future | None]] = []
@@ -284,13 +248,18 @@ class LiveEngine:
         startup = self.config.get("startup_time") or 0.0
         if startup:
             await asyncio.sleep(float(startup))       # wall clock, never scaled
-        self._origin = loop.time()
+        self._origin = _clock()
         self._state = "running"
         self._task = loop.create_task(self._run(), name="mocker-live-pass-loop")
 
     def now_ms(self) -> float:
         """The modeled clock: milliseconds since the engine started."""
-        return (self._loop.time() - self._origin) * 1000.0
+        return (_clock() - self._origin) * 1000.0
+
+    @property
+    def origin(self) -> float:
+        """The wall-clock instant (``time.monotonic()`` seconds) of modeled time 0."""
+        return self._origin
 
     @property
     def running(self) -> bool:
@@ -488,7 +457,6 @@ class LiveEngine:
 
     async def _loop_passes(self) -> None:
         core = self._core
-        loop = self._loop
         while True:
             self._apply_commands()
             self._apply_cancellations()
@@ -511,15 +479,14 @@ class LiveEngine:
             end = core.step(start)
             self.passes += 1
             prepared = self._prepare_pass(start, end)
+            n_out = len(prepared[4][0])
             if end > start:
                 self._stalled = False
                 if self.paced:
                     target = self._origin + end / 1000.0
-                    delay = target - loop.time()
-                    if delay > 0:
-                        await asyncio.sleep(delay)
+                    await self._sleep_until(target - self._handout_lead(n_out, end - start))
                     if self.lateness_ms is not None:
-                        self.lateness_ms.append((loop.time() - target) * 1000.0)
+                        self.lateness_ms.append((_clock() - target) * 1000.0)
                 else:
                     await asyncio.sleep(0)
             else:
@@ -527,11 +494,49 @@ class LiveEngine:
                     self._stalled = True     # an effect-free instant pass: wait for a command
                 await asyncio.sleep(0)       # zero-duration passes still yield
             self._t = end
+            t0 = _clock()
             self._publish_pass(prepared)
-            if prepared[4][0]:
+            if n_out:
                 # let the consumers take their tokens before the next pass is computed (its
-                # modeled times do not depend on when that happens)
+                # modeled times do not depend on when that happens); the sleep returns once the
+                # woken consumers have run, which measures this pass's fan-out
+                t1 = _clock()
                 await asyncio.sleep(0)
+                if n_out >= _FANOUT_MIN_SIGNALS:
+                    # the first consumer runs after the publication (t1), the last just before
+                    # we resume: their midpoint per signal
+                    self._fanout.append(((t1 - t0) + (_clock() - t0)) * 0.5 / n_out)
+
+    def _handout_lead(self, n_out: int, duration_ms: float) -> float:
+        """Seconds before the modeled end at which to start handing ``n_out`` signals out.
+
+        Waking one consumer task per signal takes microseconds each, so the last reader of a
+        pass with thousands of tokens gets its token milliseconds after the first.  With
+        ``handout_lead="auto"`` the hand-out starts early by the measured midpoint of the
+        fan-out (the median over the last passes that handed out at least
+        ``_FANOUT_MIN_SIGNALS`` signals, per signal, times ``n_out``), so what consumers observe
+        is centred on the modeled time; never more than half the pass.  ``0`` hands out at the
+        modeled end."""
+        lead = self._lead_fixed
+        if lead is None:
+            lead = n_out * self.fanout_per_signal_s
+        return min(lead, 0.0005 * duration_ms)
+
+    @property
+    def fanout_per_signal_s(self) -> float:
+        """The measured hand-out midpoint per signal (seconds): the median of recent passes."""
+        f = self._fanout
+        return sorted(f)[len(f) // 2] if f else 0.0
+
+    async def _sleep_until(self, target: float) -> None:
+        """Sleep until ``target`` (``time.monotonic()`` seconds) with sub-millisecond precision:
+        the event loop's timer only has millisecond granularity (uvloop's clock too), so the
+        last stretch yields to the loop until the instant is reached."""
+        delay = target - _clock()
+        if delay > _TIMER_SLACK_S:
+            await asyncio.sleep(delay - _TIMER_SLACK_S)
+        while _clock() < target:
+            await asyncio.sleep(0)
 
     async def _wait(self, until: float | None) -> None:
         self._wakeup.clear()
@@ -540,7 +545,7 @@ class LiveEngine:
         if until is None:
             await self._wakeup.wait()
             return
-        delay = until - self._loop.time()
+        delay = until - _clock()
         if delay <= 0:
             return
         try:
@@ -643,7 +648,7 @@ class LiveEngine:
         kv = self._collect_kv_events() if self._events else None
         fpm = self._collect_fpm(start, end) if self._fpm_sink is not None else None
         done = set(completed.tolist())
-        out_r, out_s = [], []           # routes and their signals, in delivery order
+        out_r, out_st, out_s = [], [], []   # routes, their streams, their signals, in delivery order
         finished = []
         for row in emitted.tolist():
             route = by_row.get(row)
@@ -658,6 +663,7 @@ class LiveEngine:
                 route.first_sent = True
                 cached = route.cached or 0
             out_r.append(route)
+            out_st.append(route.stream)
             out_s.append(OutputSignal(route.client_id, tok, last, False, cached, end))
             if last:
                 done.discard(row)
@@ -668,6 +674,7 @@ class LiveEngine:
                 cached = None if route.first_sent else (route.cached or 0)
                 route.first_sent = True
                 out_r.append(route)
+                out_st.append(route.stream)
                 out_s.append(OutputSignal(route.client_id, None, True, False, cached, end))
                 finished.append(route)
         for row in rejected.tolist():
@@ -675,9 +682,10 @@ class LiveEngine:
             if route is not None:
                 route.first_sent = True
                 out_r.append(route)
+                out_st.append(route.stream)
                 out_s.append(OutputSignal(route.client_id, None, True, True, None, end))
                 finished.append(route)
-        return end, admitted, kv, fpm, (out_r, out_s), finished
+        return end, admitted, kv, fpm, (out_r, out_st, out_s), finished
 
     def _publish_pass(self, prepared: tuple) -> None:
         """The boundary transaction: admissions → KV events + forward-pass metrics → output
@@ -691,27 +699,16 @@ class LiveEngine:
             self._send_kv(kv)
         if fpm:
             self._send_fpm(fpm)
-        wall = time.monotonic()
+        out_r, out_st, out_s = out
+        over = handout(out_st, out_s, time.monotonic()) if out_r else None
         overflowed = []
-        for route, sig in zip(*out):
-            if route.abandoned:
-                continue
-            stream = route.stream
-            buf = stream._buf
-            if stream._closed:
-                continue
-            if len(buf) >= stream._cap:
-                # a consumer that fell behind: the stream ends after what it already holds
+        if over:
+            # consumers that fell behind: their streams end after what they already hold
+            for i in over:
+                route = out_r[i]
                 route.abandoned = True
-                stream._close()
-                if not sig.completed:
+                if not out_s[i].completed:
                     overflowed.append(route)
-                continue
-            sig.observed_at = wall
-            buf.append(sig)
-            w = stream._waiter
-            if w is not None and not w.done():
-                w.set_result(None)
         for route in finished:
             route.terminal_seen = True
             self._retire_route(route)
