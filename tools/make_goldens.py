@@ -446,6 +446,19 @@ def disagg_scenarios():
           "prefills held at the instant a decode pass ends find the decode worker idle: all reserved at once",
           trace_block_size=64,
           **pd_args(prefill={"kv_transfer_bytes_per_token": 1000000, "kv_transfer_bandwidth": 64.0}, **fixed)),
+        T("pd_gated_retry", [pd_req(0, 64, 576, 100), pd_req(0, 64, 300, 200), pd_req(530, 64, 5, 300),
+                             pd_req(530, 64, 6, 400), pd_req(530, 64, 7, 500)],
+          "decode pool of 10 blocks: at the pass end that frees it, a decode pass held back by waiting "
+          "destinations (a preempted request waits) takes one more destination per try, all three are "
+          "reserved at 587 and the preempted request is readmitted then (fuzz 2123/47)", trace_block_size=64,
+          **KVR, **pd_args(prefill={"kv_transfer_bytes_per_token": 1000000, "kv_transfer_bandwidth": 64.0},
+                           decode={"num_gpu_blocks": 10}, **fixed)),
+        S("pd_gated_retry_fuzz2123", (10, 100, 8), "fuzz 2123/47 shrunk: closed loop (7 of 8 sessions, 3 turns), "
+          "decode pool of 8 blocks of 32: two destinations and two preempted requests at one decode pass end",
+          replay_concurrency=7, turns_per_session=3, **KVR,
+          **pd_args(prefill={"num_gpu_blocks": 13, "kv_transfer_bytes_per_token": 1000000,
+                             "kv_transfer_bandwidth": 50.0},
+                    decode={"num_gpu_blocks": 8}, block_size=32, preemption_mode="lifo")),
         T("pd_pressure_seqs2", [pd_req(0, 1000, 30, 100), pd_req(0, 1001, 30, 200), pd_req(15, 600, 10, 300),
                                 pd_req(16, 500, 10, 400), pd_req(17, 700, 40, 500)],
           "decode max_num_seqs 2: destinations wait for a sequence slot", trace_block_size=64,

@@ -412,10 +412,11 @@ cdef class ReplayCore:
                     self.busy_until[w] = x
                     break
                 if not self._effect:
-                    if self.dest_first and w >= self.n_prefill_workers and self._retry_gated(w, now):
-                        # SGLang: a decode pass that did nothing because a destination waits
-                        # for room still lets the rank take one waiting destination; once
-                        # none waits, the gated readmission runs at this instant
+                    if self.disagg and w >= self.n_prefill_workers and self._retry_gated(w, now):
+                        # a decode pass that did nothing because a destination waits for room
+                        # (a preempted/retracted request is held back) still lets the rank take
+                        # one waiting destination; once none waits, the held-back readmission
+                        # runs at this instant (SGLang and vLLM/TRT-LLM alike)
                         continue
                     if (<Rank>self.ranks[self.g_first[w]]).stall_is_fatal:
                         self.stalled_inflight = 0
