@@ -1293,6 +1293,15 @@ def error_cases():
         "flat_form_rejected": t([GOOD], extra_engine_args=json.dumps({"block_size": 64})),
         "block_size_0": t([GOOD], extra_engine_args=eng(block_size=0)),
         "num_gpu_blocks_0": t([GOOD], extra_engine_args=eng(num_gpu_blocks=0)),
+        # vLLM/TRT-LLM blocks of one token are refused when the engine config is read (after the
+        # num_gpu_blocks check, before the others), in either disaggregated pool too
+        "block_size_1": t([GOOD], extra_engine_args=eng(block_size=1)),
+        "block_size_1_trtllm": t([GOOD], extra_engine_args=eng(backend="trtllm", block_size=1)),
+        "block_size_1_num_gpu_blocks_0": t([GOOD], extra_engine_args=eng(block_size=1, num_gpu_blocks=0)),
+        "block_size_1_max_num_seqs_0": t([GOOD], extra_engine_args=eng(block_size=1, max_num_seqs=0)),
+        "block_size_1_prefill_engine": t([GOOD], **pd_args(prefill={"block_size": 1}, decode={"block_size": 64})),
+        "block_size_1_decode_engine": t([GOOD], **pd_args(prefill={"block_size": 64}, decode={"block_size": 1})),
+        "block_size_1_synthetic_no_arrival": s((100, 5, 3), extra_engine_args=eng(block_size=1)),
         "max_num_seqs_0": t([GOOD], extra_engine_args=eng(max_num_seqs=0)),
         "max_num_batched_tokens_0": t([GOOD], extra_engine_args=eng(max_num_batched_tokens=0)),
         "prefill_schedule_interval_0": t([GOOD], extra_engine_args=eng(prefill_schedule_interval=0)),
@@ -1361,6 +1370,7 @@ def sglang_error_cases():
         "conservativeness_neg": t([GOOD], extra_engine_args=sg(sglang={"schedule_conservativeness": -1.0})),
         "prefill_decode_interval_neg": t([GOOD], extra_engine_args=sg(prefill_decode_interval=-1)),
         "sglang_unknown_field": t([GOOD], extra_engine_args=sg(sglang={"foo": 1})),
+        "block_size_1_ok": t([GOOD], extra_engine_args=sg(block_size=1)),    # pages of one token
         # a chunk bigger than max_prefill_tokens can never be scheduled
         "max_prefill_below_prompt": t([line(0, 600, 5, [1, 2])], extra_engine_args=sg(sglang={"max_prefill_tokens": 512})),
         "max_prefill_below_prompt_mix": t(mixed_trace(11), extra_engine_args=sg(block_size=16,

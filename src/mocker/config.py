@@ -252,6 +252,9 @@ def _normalize_engine(e: dict) -> dict:
         raise ConfigError("block_size must be positive")
     if out["num_gpu_blocks"] == 0:
         raise ConfigError("num_gpu_blocks must be positive")
+    if out["block_size"] < 2 and out["backend"] != "sglang":
+        # vLLM/TRT-LLM blocks hold at least two tokens (SGLang pages may hold one)
+        raise ConfigError("vLLM/TRT-LLM block_size must be at least two")
     if out["max_num_seqs"] == 0:
         raise ConfigError("max_num_seqs must be positive")
     if out["max_num_batched_tokens"] == 0:
