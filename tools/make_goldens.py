@@ -459,6 +459,21 @@ def disagg_scenarios():
           **pd_args(prefill={"num_gpu_blocks": 13, "kv_transfer_bytes_per_token": 1000000,
                              "kv_transfer_bandwidth": 50.0},
                     decode={"num_gpu_blocks": 8}, block_size=32, preemption_mode="lifo")),
+        T("pd_successor_zero_pass", [pd_req(0, 1000, 0, 100), pd_req(0, 2500, 5, 200), pd_req(0, 300, 5, 300),
+                                     pd_req(0, 400, 5, 400)],
+          "closed loop 2, max_model_len 2000: at 10 the rejected session's successor (300) is prefilled "
+          "10-20; the successor of the no-output request that ends in the idle decode worker's "
+          "zero-duration pass is routed after the workers restarted (400: prefilled 20-30)",
+          trace_block_size=64, replay_concurrency=2, **pd_args(max_model_len=2000, **fixed)),
+        T("pd_successor_zero_pass_fuzz2125",
+          [line(5050, 17542, 0, [1000000, 1000001, 1000002] + list(range(43, 75))),
+           json.dumps({"timestamp": 5050, "output_length": 0, "hash_ids": [1000000], "input_tokens": 53}),
+           line(5050, 13, 43, [1000000]), line(5050, 1825, 134, [1000000, 1000001, 1000002, 78]),
+           line(5050, 1573, 147, range(79, 84))],
+          "fuzz 2125/9 shrunk: closed loop 3, 1P2D round robin; the 1573-token successor of a no-output "
+          "request waits for the prefill pass the 1825-token one (successor of a rejection) started",
+          replay_concurrency=3, num_decode_workers=2,
+          **pd_args(prefill={"num_gpu_blocks": 148}, decode={"num_gpu_blocks": 74}, block_size=64)),
         T("pd_pressure_seqs2", [pd_req(0, 1000, 30, 100), pd_req(0, 1001, 30, 200), pd_req(15, 600, 10, 300),
                                 pd_req(16, 500, 10, 400), pd_req(17, 700, 40, 500)],
           "decode max_num_seqs 2: destinations wait for a sequence slot", trace_block_size=64,
