@@ -1329,6 +1329,27 @@ def error_cases():
         "prefill_decode_interval_trtllm": t([GOOD], extra_engine_args=eng(backend="trtllm",
                                                                             prefill_decode_interval=1)),
         "fixed_timing_missing_prefill_ms": t([GOOD], extra_engine_args=eng(timing_model={"type": "fixed"})),
+        # the KV transfer settings (any worker type) and the fixed timing values are range-checked
+        # last among the engine fields, in this order, before the top-level fields
+        "kv_transfer_bytes_per_token_0": t([GOOD], extra_engine_args=eng(kv_transfer_bytes_per_token=0)),
+        "kv_transfer_bandwidth_neg": t([GOOD], extra_engine_args=eng(kv_transfer_bandwidth=-1.0)),
+        "kv_transfer_both_bad": t([GOOD], extra_engine_args=eng(kv_transfer_bandwidth=-1.0,
+                                                                kv_transfer_bytes_per_token=0)),
+        "kv_transfer_bandwidth_neg_max_num_seqs_0": t([GOOD], extra_engine_args=eng(kv_transfer_bandwidth=-1.0,
+                                                                                    max_num_seqs=0)),
+        "kv_transfer_bandwidth_neg_decode_engine": t([GOOD], **pd_args(decode={"kv_transfer_bandwidth": -1.0})),
+        "fixed_timing_prefill_neg": t([GOOD], extra_engine_args=eng(timing_model={"type": "fixed", "prefill_ms": -1.0,
+                                                                                  "decode_ms": 1.0})),
+        "fixed_timing_decode_neg": t([GOOD], extra_engine_args=eng(timing_model={"type": "fixed", "prefill_ms": 1.0,
+                                                                                 "decode_ms": -1.0})),
+        "fixed_timing_neg_speedup_neg": t([GOOD], extra_engine_args=eng(
+            speedup_ratio=-1.0, timing_model={"type": "fixed", "prefill_ms": -1.0, "decode_ms": 1.0})),
+        "fixed_timing_neg_kv_transfer_bandwidth_neg": t([GOOD], extra_engine_args=eng(
+            kv_transfer_bandwidth=-1.0, timing_model={"type": "fixed", "prefill_ms": -1.0, "decode_ms": 1.0})),
+        "fixed_timing_neg_block_size_1": t([GOOD], extra_engine_args=eng(
+            block_size=1, timing_model={"type": "fixed", "prefill_ms": -1.0, "decode_ms": 1.0})),
+        "fixed_timing_neg_dp_size_0": t([GOOD], extra_engine_args=eng_top(
+            {"timing_model": {"type": "fixed", "prefill_ms": -1.0, "decode_ms": 1.0}}, dp_size=0)),
         "engine_args_bad_json": t([GOOD], extra_engine_args="{bad json"),
         "engine_args_wrong_type": t([GOOD], extra_engine_args=eng(block_size="x")),
         "input_length_over_capacity": t([GOOD, line(1, 1000, 5, [1])]),
