@@ -65,6 +65,13 @@ CLI_CASES = {
                              ["--extra-engine-args", '{"engine": {"nope": 1}}'], "engine.nope: unknown field `nope`"),
     "invalid engine value": (['{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}'],
                              ["--extra-engine-args", '{"engine": {"block_size": 0}}'], "block_size must be positive"),
+    "block size 1": (['{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}'],
+                     ["--extra-engine-args", '{"engine": {"block_size": 1}}'],
+                     "vLLM/TRT-LLM block_size must be at least two"),
+    "decode block size 1": (['{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}'],
+                            ["--prefill-engine-args", '{"engine": {"worker_type": "prefill", "block_size": 16}}',
+                             "--decode-engine-args", '{"engine": {"worker_type": "decode", "block_size": 1}}'],
+                            "vLLM/TRT-LLM block_size must be at least two"),
     "never progresses": (['{"timestamp": 0, "input_length": 100, "output_length": 5000, "hash_ids": [1]}'],
                          ["--extra-engine-args", '{"engine": {"num_gpu_blocks": 2}}'], "replay invariant violated"),
 }
@@ -78,7 +85,8 @@ def test_cli_bad_trace_exit_2_one_line(name, tmp_path):
     res = _cli("replay", str(p), *extra)
     assert res.returncode == 2, res.stderr
     assert expected in res.stderr
-    assert str(p) in res.stderr or "engine" in res.stderr or "positive" in res.stderr or "invariant" in res.stderr
+    assert (str(p) in res.stderr or "engine" in res.stderr or "positive" in res.stderr
+            or "invariant" in res.stderr or "block_size" in res.stderr)
     assert len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert "Traceback" not in res.stderr
     assert res.stdout == ""

@@ -446,6 +446,34 @@ def disagg_scenarios():
           "prefills held at the instant a decode pass ends find the decode worker idle: all reserved at once",
           trace_block_size=64,
           **pd_args(prefill={"kv_transfer_bytes_per_token": 1000000, "kv_transfer_bandwidth": 64.0}, **fixed)),
+        T("pd_gated_retry", [pd_req(0, 64, 576, 100), pd_req(0, 64, 300, 200), pd_req(530, 64, 5, 300),
+                             pd_req(530, 64, 6, 400), pd_req(530, 64, 7, 500)],
+          "decode pool of 10 blocks: at the pass end that frees it, a decode pass held back by waiting "
+          "destinations (a preempted request waits) takes one more destination per try, all three are "
+          "reserved at 587 and the preempted request is readmitted then (fuzz 2123/47)", trace_block_size=64,
+          **KVR, **pd_args(prefill={"kv_transfer_bytes_per_token": 1000000, "kv_transfer_bandwidth": 64.0},
+                           decode={"num_gpu_blocks": 10}, **fixed)),
+        S("pd_gated_retry_fuzz2123", (10, 100, 8), "fuzz 2123/47 shrunk: closed loop (7 of 8 sessions, 3 turns), "
+          "decode pool of 8 blocks of 32: two destinations and two preempted requests at one decode pass end",
+          replay_concurrency=7, turns_per_session=3, **KVR,
+          **pd_args(prefill={"num_gpu_blocks": 13, "kv_transfer_bytes_per_token": 1000000,
+                             "kv_transfer_bandwidth": 50.0},
+                    decode={"num_gpu_blocks": 8}, block_size=32, preemption_mode="lifo")),
+        T("pd_successor_zero_pass", [pd_req(0, 1000, 0, 100), pd_req(0, 2500, 5, 200), pd_req(0, 300, 5, 300),
+                                     pd_req(0, 400, 5, 400)],
+          "closed loop 2, max_model_len 2000: at 10 the rejected session's successor (300) is prefilled "
+          "10-20; the successor of the no-output request that ends in the idle decode worker's "
+          "zero-duration pass is routed after the workers restarted (400: prefilled 20-30)",
+          trace_block_size=64, replay_concurrency=2, **pd_args(max_model_len=2000, **fixed)),
+        T("pd_successor_zero_pass_fuzz2125",
+          [line(5050, 17542, 0, [1000000, 1000001, 1000002] + list(range(43, 75))),
+           json.dumps({"timestamp": 5050, "output_length": 0, "hash_ids": [1000000], "input_tokens": 53}),
+           line(5050, 13, 43, [1000000]), line(5050, 1825, 134, [1000000, 1000001, 1000002, 78]),
+           line(5050, 1573, 147, range(79, 84))],
+          "fuzz 2125/9 shrunk: closed loop 3, 1P2D round robin; the 1573-token successor of a no-output "
+          "request waits for the prefill pass the 1825-token one (successor of a rejection) started",
+          replay_concurrency=3, num_decode_workers=2,
+          **pd_args(prefill={"num_gpu_blocks": 148}, decode={"num_gpu_blocks": 74}, block_size=64)),
         T("pd_pressure_seqs2", [pd_req(0, 1000, 30, 100), pd_req(0, 1001, 30, 200), pd_req(15, 600, 10, 300),
                                 pd_req(16, 500, 10, 400), pd_req(17, 700, 40, 500)],
           "decode max_num_seqs 2: destinations wait for a sequence slot", trace_block_size=64,
@@ -1280,6 +1308,15 @@ def error_cases():
         "flat_form_rejected": t([GOOD], extra_engine_args=json.dumps({"block_size": 64})),
         "block_size_0": t([GOOD], extra_engine_args=eng(block_size=0)),
         "num_gpu_blocks_0": t([GOOD], extra_engine_args=eng(num_gpu_blocks=0)),
+        # vLLM/TRT-LLM blocks of one token are refused when the engine config is read (after the
+        # num_gpu_blocks check, before the others), in either disaggregated pool too
+        "block_size_1": t([GOOD], extra_engine_args=eng(block_size=1)),
+        "block_size_1_trtllm": t([GOOD], extra_engine_args=eng(backend="trtllm", block_size=1)),
+        "block_size_1_num_gpu_blocks_0": t([GOOD], extra_engine_args=eng(block_size=1, num_gpu_blocks=0)),
+        "block_size_1_max_num_seqs_0": t([GOOD], extra_engine_args=eng(block_size=1, max_num_seqs=0)),
+        "block_size_1_prefill_engine": t([GOOD], **pd_args(prefill={"block_size": 1}, decode={"block_size": 64})),
+        "block_size_1_decode_engine": t([GOOD], **pd_args(prefill={"block_size": 64}, decode={"block_size": 1})),
+        "block_size_1_synthetic_no_arrival": s((100, 5, 3), extra_engine_args=eng(block_size=1)),
         "max_num_seqs_0": t([GOOD], extra_engine_args=eng(max_num_seqs=0)),
         "max_num_batched_tokens_0": t([GOOD], extra_engine_args=eng(max_num_batched_tokens=0)),
         "prefill_schedule_interval_0": t([GOOD], extra_engine_args=eng(prefill_schedule_interval=0)),
@@ -1292,6 +1329,27 @@ def error_cases():
         "prefill_decode_interval_trtllm": t([GOOD], extra_engine_args=eng(backend="trtllm",
                                                                             prefill_decode_interval=1)),
         "fixed_timing_missing_prefill_ms": t([GOOD], extra_engine_args=eng(timing_model={"type": "fixed"})),
+        # the KV transfer settings (any worker type) and the fixed timing values are range-checked
+        # last among the engine fields, in this order, before the top-level fields
+        "kv_transfer_bytes_per_token_0": t([GOOD], extra_engine_args=eng(kv_transfer_bytes_per_token=0)),
+        "kv_transfer_bandwidth_neg": t([GOOD], extra_engine_args=eng(kv_transfer_bandwidth=-1.0)),
+        "kv_transfer_both_bad": t([GOOD], extra_engine_args=eng(kv_transfer_bandwidth=-1.0,
+                                                                kv_transfer_bytes_per_token=0)),
+        "kv_transfer_bandwidth_neg_max_num_seqs_0": t([GOOD], extra_engine_args=eng(kv_transfer_bandwidth=-1.0,
+                                                                                    max_num_seqs=0)),
+        "kv_transfer_bandwidth_neg_decode_engine": t([GOOD], **pd_args(decode={"kv_transfer_bandwidth": -1.0})),
+        "fixed_timing_prefill_neg": t([GOOD], extra_engine_args=eng(timing_model={"type": "fixed", "prefill_ms": -1.0,
+                                                                                  "decode_ms": 1.0})),
+        "fixed_timing_decode_neg": t([GOOD], extra_engine_args=eng(timing_model={"type": "fixed", "prefill_ms": 1.0,
+                                                                                 "decode_ms": -1.0})),
+        "fixed_timing_neg_speedup_neg": t([GOOD], extra_engine_args=eng(
+            speedup_ratio=-1.0, timing_model={"type": "fixed", "prefill_ms": -1.0, "decode_ms": 1.0})),
+        "fixed_timing_neg_kv_transfer_bandwidth_neg": t([GOOD], extra_engine_args=eng(
+            kv_transfer_bandwidth=-1.0, timing_model={"type": "fixed", "prefill_ms": -1.0, "decode_ms": 1.0})),
+        "fixed_timing_neg_block_size_1": t([GOOD], extra_engine_args=eng(
+            block_size=1, timing_model={"type": "fixed", "prefill_ms": -1.0, "decode_ms": 1.0})),
+        "fixed_timing_neg_dp_size_0": t([GOOD], extra_engine_args=eng_top(
+            {"timing_model": {"type": "fixed", "prefill_ms": -1.0, "decode_ms": 1.0}}, dp_size=0)),
         "engine_args_bad_json": t([GOOD], extra_engine_args="{bad json"),
         "engine_args_wrong_type": t([GOOD], extra_engine_args=eng(block_size="x")),
         "input_length_over_capacity": t([GOOD, line(1, 1000, 5, [1])]),
@@ -1348,6 +1406,7 @@ def sglang_error_cases():
         "conservativeness_neg": t([GOOD], extra_engine_args=sg(sglang={"schedule_conservativeness": -1.0})),
         "prefill_decode_interval_neg": t([GOOD], extra_engine_args=sg(prefill_decode_interval=-1)),
         "sglang_unknown_field": t([GOOD], extra_engine_args=sg(sglang={"foo": 1})),
+        "block_size_1_ok": t([GOOD], extra_engine_args=sg(block_size=1)),    # pages of one token
         # a chunk bigger than max_prefill_tokens can never be scheduled
         "max_prefill_below_prompt": t([line(0, 600, 5, [1, 2])], extra_engine_args=sg(sglang={"max_prefill_tokens": 512})),
         "max_prefill_below_prompt_mix": t(mixed_trace(11), extra_engine_args=sg(block_size=16,

@@ -178,12 +178,9 @@ def _timing_model(v: Any) -> dict:
         for f in ("prefill_ms", "decode_ms"):
             if f not in v:
                 raise ConfigError(f"{PREFIX}{path}: missing field `{f}`")
-        out = {"type": "fixed", "prefill_ms": _float(path + ".prefill_ms", v["prefill_ms"]),
-               "decode_ms": _float(path + ".decode_ms", v["decode_ms"])}
-        for f in ("prefill_ms", "decode_ms"):
-            if not math.isfinite(out[f]) or out[f] < 0:
-                raise ConfigError(f"timing_model.{f} must be finite and non-negative")
-        return out
+        # (the values are range-checked last, in _normalize_engine, as the reference does)
+        return {"type": "fixed", "prefill_ms": _float(path + ".prefill_ms", v["prefill_ms"]),
+                "decode_ms": _float(path + ".decode_ms", v["decode_ms"])}
     if kind == "external":
         raise ConfigError(f"{PREFIX}{path}: external timing models are not supported by mocker")
     raise ConfigError(f"{PREFIX}{path}: unknown variant `{kind}`, {_expected(('polynomial', 'fixed', 'external'))}")
@@ -252,6 +249,9 @@ def _normalize_engine(e: dict) -> dict:
         raise ConfigError("block_size must be positive")
     if out["num_gpu_blocks"] == 0:
         raise ConfigError("num_gpu_blocks must be positive")
+    if out["block_size"] < 2 and out["backend"] != "sglang":
+        # vLLM/TRT-LLM blocks hold at least two tokens (SGLang pages may hold one)
+        raise ConfigError("vLLM/TRT-LLM block_size must be at least two")
     if out["max_num_seqs"] == 0:
         raise ConfigError("max_num_seqs must be positive")
     if out["max_num_batched_tokens"] == 0:
@@ -276,6 +276,17 @@ def _normalize_engine(e: dict) -> dict:
             raise ConfigError("sglang.schedule_conservativeness must be finite and non-negative")
         if not out["enable_chunked_prefill"]:
             raise ConfigError("enable_chunked_prefill=false is not supported for backend=sglang")
+    # KV transfer settings and the fixed timing model are checked last, for any worker type
+    if out["kv_transfer_bytes_per_token"] == 0:
+        raise ConfigError("kv_transfer_bytes_per_token must be positive")
+    bw = out["kv_transfer_bandwidth"]
+    if bw is not None and (not math.isfinite(bw) or bw < 0):
+        raise ConfigError("kv_transfer_bandwidth must be finite and non-negative")
+    tm = out["timing_model"]
+    if tm["type"] == "fixed":
+        for f, what in (("prefill_ms", "prefill"), ("decode_ms", "decode")):
+            if not math.isfinite(tm[f]) or tm[f] < 0:
+                raise ConfigError(f"fixed {what} latency must be finite and non-negative")
     return {k: out[k] for k in ENGINE_DEFAULTS}
 
 

@@ -367,12 +367,12 @@ cdef class ReplayCore:
                     self._activate(r, j, now)
             # 2. admissions (disaggregated: a worker with work restarts before the instant's
             #    arrivals are routed; they join its next pass)
-            if self.dest_first:
+            if self.disagg:
                 # the instant's arrivals are taken as a batch: a session whose turn ends at this
                 # instant in a zero-duration pass of this restart (a no-output request activated
-                # on an idle decode worker) or fails at arrival starts its successor now, but
-                # that one is routed only after the workers have started (it joins their next
-                # pass)
+                # on an idle decode worker) or fails at arrival (SGLang) starts its successor
+                # now, but that one is routed only after the workers have started (it joins
+                # their next pass)
                 batch.clear()
                 while True:
                     r = self._pop_arrival(now)
@@ -381,7 +381,7 @@ cdef class ReplayCore:
                     batch.push_back(r)
             if self.disagg and self._start_workers(now, &budget):
                 return True
-            if self.dest_first:
+            if self.disagg:
                 for r in batch:
                     self._arrive(r, now)
             else:
@@ -412,10 +412,11 @@ cdef class ReplayCore:
                     self.busy_until[w] = x
                     break
                 if not self._effect:
-                    if self.dest_first and w >= self.n_prefill_workers and self._retry_gated(w, now):
-                        # SGLang: a decode pass that did nothing because a destination waits
-                        # for room still lets the rank take one waiting destination; once
-                        # none waits, the gated readmission runs at this instant
+                    if self.disagg and w >= self.n_prefill_workers and self._retry_gated(w, now):
+                        # a decode pass that did nothing because a destination waits for room
+                        # (a preempted/retracted request is held back) still lets the rank take
+                        # one waiting destination; once none waits, the held-back readmission
+                        # runs at this instant (SGLang and vLLM/TRT-LLM alike)
                         continue
                     if (<Rank>self.ranks[self.g_first[w]]).stall_is_fatal:
                         self.stalled_inflight = 0

@@ -139,12 +139,6 @@ def _engine_configs(extra_engine_args, prefill_engine_args, decode_engine_args, 
     if pe["backend"] != de["backend"]:
         raise ReplayError("replay invariant violated: offline disaggregated replay requires matching "
                           "backend engine types")
-    for e in (pe, de):
-        bw = e["kv_transfer_bandwidth"]
-        if bw is not None and (not math.isfinite(bw) or bw < 0):
-            raise ReplayError("kv_transfer_bandwidth must be finite and non-negative")
-        if e["kv_transfer_bytes_per_token"] == 0:
-            raise ReplayError("kv_transfer_bytes_per_token must be positive")
     return pcfg, dcfg, npw, ndw
 
 
