@@ -45,10 +45,11 @@ async def run(args) -> dict:
     async def client(i: int) -> None:
         nonlocal served
         crng = random.Random(rng.random())
+        nrng = np.random.default_rng(crng.randrange(2**32))
         # ramp up over the first second so the first pass is not a 2,000-prompt prefill
         await asyncio.sleep(crng.random())
         while clock() < stop_at:
-            prompt = [crng.randrange(1, 30000) for _ in range(crng.randint(64, 256))]
+            prompt = nrng.integers(1, 30000, size=crng.randint(64, 256))    # a fresh random prompt
             s = await eng.submit(DirectRequest(tokens=prompt, max_output_tokens=crng.randint(100, 400)))
             async for sig in s:
                 now = clock()

@@ -649,6 +649,9 @@ class LiveEngine:
         fpm = self._collect_fpm(start, end) if self._fpm_sink is not None else None
         done = set(completed.tolist())
         out_r, out_st, out_s = [], [], []   # routes, their streams, their signals, in delivery order
+        # terminals go last: all signals of a pass share its modeled time, and a reader that
+        # finishes usually does more work (its next request) before the loop reaches the others
+        term_r, term_s = [], []
         finished = []
         for row in emitted.tolist():
             route = by_row.get(row)
@@ -662,12 +665,19 @@ class LiveEngine:
             if not route.first_sent:
                 route.first_sent = True
                 cached = route.cached or 0
-            out_r.append(route)
-            out_st.append(route.stream)
-            out_s.append(OutputSignal(route.client_id, tok, last, False, cached, end))
             if last:
                 done.discard(row)
                 finished.append(route)
+                term_r.append(route)
+                term_s.append(OutputSignal(route.client_id, tok, True, False, cached, end))
+            else:
+                out_r.append(route)
+                out_st.append(route.stream)
+                out_s.append(OutputSignal(route.client_id, tok, False, False, cached, end))
+        for route, sig in zip(term_r, term_s):
+            out_r.append(route)
+            out_st.append(route.stream)
+            out_s.append(sig)
         for row in done:                      # terminal without a token (SGLang zero output)
             route = by_row.get(row)
             if route is not None:
