@@ -658,6 +658,19 @@ DRAIN2252_LINES = [
 ]
 DRAIN_RATIO_LINES = [line(0, 34, 300, [1]), line(0, 10, 1, [2]), line(305, 20, 0, [3]), line(305, 10, 0, [4]),
                      line(400, 22, 400, [5]), line(400, 10, 1, [6]), line(401, 30, 400, [7])]
+# fuzz case 2253/44, shrunk (fixed 10/1 timing, chunk 32 per rank): on rank 1 the 1-token second turn
+# of s5 (arrived at 850) is fully cached (the 5889-token prompt starts with its token), so lpm ranks
+# it ahead of the 13145-token prompt and both join at 1840; with the "seq - 1" cap in the sort key
+# (our bug) it tied at 0, the long prompt took the whole chunk and the short one waited until 5957
+FUZZ2253_LINES = [
+    json.dumps({"timestamp": 253, "hash_ids": [2000000, 2000001, 2000002] + list(range(642, 653)),
+                "output_tokens": 0}),
+    line(253, 5889, 18, [4000000, 4000001, 4000002, 4000003] + list(range(653, 742))),
+    line(1003, 1, 0, [790]),
+    line(313, 1, 47, [4000000], session_id="s5"),
+    line(413, 1, 21, [4000000], session_id="s5"),
+    line(316, 13145, 1, list(range(1276, 1482))),
+]
 FUZZ108_LINES = [
     '{"timestamp": 5000, "input_length": 19, "output_length": 170, "hash_ids": [1000000]}',
     '{"timestamp": 5200, "session_id": "s0", "input_length": 909, "output_length": 147, "hash_ids": [1000000, 1000001]}',
@@ -776,6 +789,16 @@ def dp_scenarios():
           "idle interval rounds reset the admission ratio",
           extra_engine_args=eng_top({"backend": "sglang", "block_size": 1, "num_gpu_blocks": 540,
                                      "prefill_decode_interval": 5,
+                                     "timing_model": {"type": "fixed", "prefill_ms": 10.0, "decode_ms": 1.0}},
+                                    dp_size=2)),
+        # lpm ranks by the cached prefix of the whole sequence (no "seq - 1" cap): a fully cached
+        # short prompt goes ahead of an uncached one (fuzz 2253/44: committed 94694 vs 94310)
+        T("dp2_sglang_lpm_full_hit_fuzz2253", FUZZ2253_LINES, "fuzz 2253/44: dp 2 SGLang bs 1 lpm, a fully "
+          "cached 1-token prompt is sorted ahead of an uncached one",
+          trace_block_size=64,
+          extra_engine_args=eng_top({"backend": "sglang", "block_size": 1, "num_gpu_blocks": 18783,
+                                     "sglang": {"schedule_policy": "lpm", "chunked_prefill_size": 64,
+                                                "max_prefill_tokens": 128},
                                      "timing_model": {"type": "fixed", "prefill_ms": 10.0, "decode_ms": 1.0}},
                                     dp_size=2)),
     ]
@@ -1040,6 +1063,12 @@ def sglang_scenarios():
           extra_engine_args=sg(block_size=16, timing_model=FIXED_10_1,
                                sglang={"schedule_policy": "lpm", "max_prefill_tokens": 1024})),
         T("sglang_lpm_mix", mix, "lpm on the mixed trace, bs 16", extra_engine_args=sg(block_size=16, sglang=lpm)),
+        # the lpm key is the cached prefix over every full page of the sequence (no "seq - 1" cap):
+        # Y (8 tokens, both pages cached by A) outranks X (first page cached) that arrived first
+        T("sglang_lpm_full_hit_bs4", [line(0, 8, 1, [1, 2]), line(5, 8, 1, [1, 3]), line(5, 8, 2, [1, 2])],
+          "lpm, bs 4, chunk 4: a fully cached prompt is sorted by its whole length", trace_block_size=4,
+          extra_engine_args=sg(block_size=4, timing_model=FIXED_10_1,
+                               sglang={"schedule_policy": "lpm", "chunked_prefill_size": 4})),
         # (schedule_policy "fcfs" / unknown strings are config errors in 1.6.1: errors_sglang.json)
         T("sglang_explicit_fifo", mix, "schedule_policy fifo given explicitly, bs 16",
           extra_engine_args=sg(block_size=16, sglang={"schedule_policy": "fifo"})),

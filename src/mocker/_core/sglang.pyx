@@ -250,7 +250,14 @@ cdef class SglangRank(Rank):
             k.r = r
             k.pos = pos
             pos += 1
-            n = self._match_len(r)          # hashes the request first
+            # the sort key matches every full page of the sequence, without the admission's
+            # "keep one token to sample from" cap: a fully cached prompt outranks one cached up
+            # to its last page (fuzz 2253/44).  (A page this request has not hashed yet holds
+            # tokens it sampled but never computed, so it cannot be cached.)
+            self.t.ensure_hashed(r)
+            n = (self.t.prompt_len[r] + self.t.generated[r]) // self.bs
+            if n > <int64_t>self.t.hashes[r].size():
+                n = <int64_t>self.t.hashes[r].size()
             k.prefix_len = self.cache.match(self.t.hashes[r].data(), n) * self.bs
             k.dep = 0
             if (k.prefix_len <= IN_BATCH_PREFIX_THRESHOLD
