@@ -533,6 +533,25 @@ def disagg_scenarios():
           "hits) hands off after the decode worker started (reserved at 31); the worker's next pass "
           "starts before the arrival at 30 is routed", trace_block_size=64,
           **pd_args(prefill={"max_num_seqs": 2}, **fixed)),
+        T("pd_pass_end_attempt_first", [pd_req(0, 64, 30, 100), pd_req(5, 640, 5, 200), pd_req(5, 640, 6, 200)],
+          "3 ms decode passes, destination_missing: at the decode pass end 25.064 the waiting twin is "
+          "reserved before the first one's transfer activates there, so none of its blocks is resident "
+          "(10 blocks to move: activated at 28.064, not 25.064)", trace_block_size=64,
+          **pd_args(prefill={"kv_transfer_bytes_per_token": 1000000, "kv_transfer_bandwidth": 1000.0,
+                             "kv_transfer_timing_mode": "destination_missing"},
+                    decode={"timing_model": {"type": "fixed", "prefill_ms": 10.0, "decode_ms": 3.0}},
+                    block_size=64, timing_model=fixed["timing_model"])),
+        T("pd_pass_end_attempt_first_fuzz2135",
+          [json.dumps({"timestamp": 1000, "input_length": 363, "output_length": 97, "hash_ids": [1000000]}),
+           json.dumps({"timestamp": 1200, "input_length": 388, "output_length": 61, "hash_ids": [1000000]}),
+           json.dumps({"timestamp": 1200, "session_id": "s1", "input_length": 1003, "output_length": 1,
+                       "hash_ids": [1000000]})],
+          "fuzz 2135/160 shrunk: 1003 tokens reserved at the pass end where the 388-token prompt of the "
+          "same prefix activates; 11 blocks to move, not 10 (activated one decode pass later)",
+          trace_block_size=1024, **KVR,
+          **pd_args(prefill={"kv_transfer_bytes_per_token": 1000000, "kv_transfer_bandwidth": 50.0,
+                             "kv_transfer_timing_mode": "destination_missing"},
+                    preemption_mode="fifo", decode_speedup_ratio=1.7)),
         T("pd_sessions", session_trace("delay"), "multi-turn sessions 1P1D", **pd_args()),
         T("pd_concurrency", mix, "closed loop concurrency 3, 1P1D", replay_concurrency=3, **pd_args()),
         T("pd_tp_dp", tiny, "prefill tp 2, decode dp 2", **pd_args(top_p={"tensor_parallel_size": 2},

@@ -515,23 +515,16 @@ cdef class ReplayCore:
                 else:
                     # the pass end, and each activation applied there, lets the decode rank
                     # take one waiting destination (a completion adds no attempt of its own)
-                    if self.dest_first:
-                        # SGLang: the pass end's attempt comes first, then each activation
-                        # applied there gives its own (an activation that frees duplicate pages
-                        # lets the head in; the pass end's attempt did not see that room)
-                        self._try_reserve(k, now, 1)
-                        for r in self.pend_activate[k]:
-                            (<Rank>self.ranks[k]).activate_destination(r)
-                            self._activated(r, k, now)
-                            self._try_reserve(k, now, 1)
-                        self.pend_activate[k].clear()
-                        continue
-                    n = 1 + <int64_t>self.pend_activate[k].size()
+                    # the pass end's attempt comes first, then each activation applied there
+                    # gives its own (an activation's blocks are not resident yet for the pass
+                    # end's attempt; SGLang: an activation that frees duplicate pages lets the
+                    # head in)
+                    self._try_reserve(k, now, 1)
                     for r in self.pend_activate[k]:
                         (<Rank>self.ranks[k]).activate_destination(r)
                         self._activated(r, k, now)
+                        self._try_reserve(k, now, 1)
                     self.pend_activate[k].clear()
-                    self._try_reserve(k, now, n)
 
         for k in range(self.g_first[w], self.g_first[w] + self.g_n[w]):
             self.stepped[k] = 0
