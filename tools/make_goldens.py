@@ -511,6 +511,47 @@ def disagg_scenarios():
         T("pd_trtllm_repeat_missing", [pd_req(0, 1000, 3, 100), pd_req(2000, 1000, 3, 100)],
           "trtllm destination_missing: no prefix credit at the destination", trace_block_size=64, **KVR,
           **pd_args(prefill={**x1, "kv_transfer_timing_mode": "destination_missing"}, backend="trtllm", **fixed)),
+        T("pd_trtllm_full_hit_free", [pd_req(0, 128, 3, 100), pd_req(100, 128, 3, 100), pd_req(200, 128, 3, 100),
+                                      pd_req(200, 192, 3, 300), pd_req(299, 64, 3, 400), pd_req(300, 128, 4, 100)],
+          "trtllm: a prefill worker's full prefix hit samples its hidden token for free (alone: a "
+          "zero-duration pass, held at 100; beside a prefill: held at 210); the zero pass at 309 "
+          "hands off after the decode worker started its pass (reserved at 310)", trace_block_size=64,
+          **pd_args(backend="trtllm", **fixed)),
+        T("pd_trtllm_full_hit_fuzz2126",
+          [json.dumps({"timestamp": 7, "session_id": "s1", "input_length": 1197, "output_length": 5,
+                       "hash_ids": [50, 51, 52]}),
+           json.dumps({"timestamp": 17, "session_id": "s1", "input_length": 174, "output_length": 135,
+                       "hash_ids": [1000000], "delay_ms": 250}),
+           json.dumps({"timestamp": 17, "session_id": "s1", "input_length": 8, "output_length": 84,
+                       "hash_ids": [1000000]})],
+          "fuzz 2126/6 shrunk: trtllm 1P1D, bs 8, max_model_len 1000; the 8-token turn is a full "
+          "prefix hit held at its admission (we took one decode pass: 5.74 ms of duration)",
+          **pd_args(backend="trtllm", block_size=8, max_model_len=1000, speedup_ratio=0.0)),
+        T("pd_zero_pass_round", [pd_req(0, 128, 3, 100), pd_req(20, 128, 3, 300), pd_req(25, 128, 0, 100),
+                                 pd_req(25, 64, 0, 100), pd_req(25, 64, 5, 500), pd_req(30, 64, 6, 600)],
+          "prefill max_num_seqs 2: at 30 the prefill worker's zero-duration pass (two no-output full "
+          "hits) hands off after the decode worker started (reserved at 31); the worker's next pass "
+          "starts before the arrival at 30 is routed", trace_block_size=64,
+          **pd_args(prefill={"max_num_seqs": 2}, **fixed)),
+        T("pd_pass_end_attempt_first", [pd_req(0, 64, 30, 100), pd_req(5, 640, 5, 200), pd_req(5, 640, 6, 200)],
+          "3 ms decode passes, destination_missing: at the decode pass end 25.064 the waiting twin is "
+          "reserved before the first one's transfer activates there, so none of its blocks is resident "
+          "(10 blocks to move: activated at 28.064, not 25.064)", trace_block_size=64,
+          **pd_args(prefill={"kv_transfer_bytes_per_token": 1000000, "kv_transfer_bandwidth": 1000.0,
+                             "kv_transfer_timing_mode": "destination_missing"},
+                    decode={"timing_model": {"type": "fixed", "prefill_ms": 10.0, "decode_ms": 3.0}},
+                    block_size=64, timing_model=fixed["timing_model"])),
+        T("pd_pass_end_attempt_first_fuzz2135",
+          [json.dumps({"timestamp": 1000, "input_length": 363, "output_length": 97, "hash_ids": [1000000]}),
+           json.dumps({"timestamp": 1200, "input_length": 388, "output_length": 61, "hash_ids": [1000000]}),
+           json.dumps({"timestamp": 1200, "session_id": "s1", "input_length": 1003, "output_length": 1,
+                       "hash_ids": [1000000]})],
+          "fuzz 2135/160 shrunk: 1003 tokens reserved at the pass end where the 388-token prompt of the "
+          "same prefix activates; 11 blocks to move, not 10 (activated one decode pass later)",
+          trace_block_size=1024, **KVR,
+          **pd_args(prefill={"kv_transfer_bytes_per_token": 1000000, "kv_transfer_bandwidth": 50.0,
+                             "kv_transfer_timing_mode": "destination_missing"},
+                    preemption_mode="fifo", decode_speedup_ratio=1.7)),
         T("pd_sessions", session_trace("delay"), "multi-turn sessions 1P1D", **pd_args()),
         T("pd_concurrency", mix, "closed loop concurrency 3, 1P1D", replay_concurrency=3, **pd_args()),
         T("pd_tp_dp", tiny, "prefill tp 2, decode dp 2", **pd_args(top_p={"tensor_parallel_size": 2},

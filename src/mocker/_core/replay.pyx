@@ -399,35 +399,57 @@ cdef class ReplayCore:
 
     cdef int _start_workers(self, double now, int64_t* budget) noexcept nogil:
         """Every idle worker with work starts a pass at ``now`` (zero-duration passes complete
-        inline and the worker goes on); 1 if the run must stop (a fatal stall)."""
+        inline and the worker goes on); 1 if the run must stop (a fatal stall).
+
+        Disaggregated: the workers start in rounds.  A zero-duration pass that did something
+        completes only once every worker has started this round (decode pool first, as at a
+        pass end), so its handoffs meet a decode worker that is already mid-pass; then the
+        next round starts whoever is idle with work."""
         cdef int64_t w, j
         cdef double x
-        for w in range(self.n_workers):
-            while not self.busy[w] and not self.stalled[w] and self._has_work(w):
-                x = self._start_pass(w, now)
-                self.passes += 1
-                budget[0] -= 1
-                if x != now:
-                    self.busy[w] = 1
-                    self.busy_until[w] = x
-                    break
-                if not self._effect:
-                    if self.disagg and w >= self.n_prefill_workers and self._retry_gated(w, now):
-                        # a decode pass that did nothing because a destination waits for room
-                        # (a preempted/retracted request is held back) still lets the rank take
-                        # one waiting destination; once none waits, the held-back readmission
-                        # runs at this instant (SGLang and vLLM/TRT-LLM alike)
-                        continue
-                    if (<Rank>self.ranks[self.g_first[w]]).stall_is_fatal:
-                        self.stalled_inflight = 0
-                        for j in range(self.g_first[w], self.g_first[w] + self.g_n[w]):
-                            self.stalled_inflight += <int64_t>((<Rank>self.ranks[j]).waiting.size()
-                                                               + (<Rank>self.ranks[j]).running.size())
-                        return 1
-                    self.stalled[w] = 1
-                    break
-                self._complete_worker_pass(w, now)
-        return 0
+        cdef bint zero_done
+        while True:
+            zero_done = False
+            for w in range(self.n_workers):
+                while not self.busy[w] and not self.stalled[w] and self._has_work(w):
+                    x = self._start_pass(w, now)
+                    self.passes += 1
+                    budget[0] -= 1
+                    if x != now:
+                        self.busy[w] = 1
+                        self.busy_until[w] = x
+                        break
+                    if not self._effect:
+                        if self.disagg and w >= self.n_prefill_workers and self._retry_gated(w, now):
+                            # a decode pass that did nothing because a destination waits for room
+                            # (a preempted/retracted request is held back) still lets the rank
+                            # take one waiting destination; once none waits, the held-back
+                            # readmission runs at this instant (SGLang and vLLM/TRT-LLM alike)
+                            continue
+                        if (<Rank>self.ranks[self.g_first[w]]).stall_is_fatal:
+                            self.stalled_inflight = 0
+                            for j in range(self.g_first[w], self.g_first[w] + self.g_n[w]):
+                                self.stalled_inflight += <int64_t>((<Rank>self.ranks[j]).waiting.size()
+                                                                   + (<Rank>self.ranks[j]).running.size())
+                            return 1
+                        self.stalled[w] = 1
+                        break
+                    if self.disagg:
+                        self.busy[w] = 1        # ends at `now`, after this round (below)
+                        self.busy_until[w] = now
+                        zero_done = True
+                        break
+                    self._complete_worker_pass(w, now)
+            if not zero_done:
+                return 0
+            for w in range(self.n_prefill_workers, self.n_workers):
+                if self.busy[w] and self.busy_until[w] == now:
+                    self.busy[w] = 0
+                    self._complete_worker_pass(w, now)
+            for w in range(self.n_prefill_workers):
+                if self.busy[w] and self.busy_until[w] == now:
+                    self.busy[w] = 0
+                    self._complete_worker_pass(w, now)
 
     cdef bint _retry_gated(self, int64_t w, double now) noexcept nogil:
         """Decode worker ``w`` ran an effect-free pass: one reservation attempt per rank with a
@@ -493,23 +515,16 @@ cdef class ReplayCore:
                 else:
                     # the pass end, and each activation applied there, lets the decode rank
                     # take one waiting destination (a completion adds no attempt of its own)
-                    if self.dest_first:
-                        # SGLang: the pass end's attempt comes first, then each activation
-                        # applied there gives its own (an activation that frees duplicate pages
-                        # lets the head in; the pass end's attempt did not see that room)
-                        self._try_reserve(k, now, 1)
-                        for r in self.pend_activate[k]:
-                            (<Rank>self.ranks[k]).activate_destination(r)
-                            self._activated(r, k, now)
-                            self._try_reserve(k, now, 1)
-                        self.pend_activate[k].clear()
-                        continue
-                    n = 1 + <int64_t>self.pend_activate[k].size()
+                    # the pass end's attempt comes first, then each activation applied there
+                    # gives its own (an activation's blocks are not resident yet for the pass
+                    # end's attempt; SGLang: an activation that frees duplicate pages lets the
+                    # head in)
+                    self._try_reserve(k, now, 1)
                     for r in self.pend_activate[k]:
                         (<Rank>self.ranks[k]).activate_destination(r)
                         self._activated(r, k, now)
+                        self._try_reserve(k, now, 1)
                     self.pend_activate[k].clear()
-                    self._try_reserve(k, now, n)
 
         for k in range(self.g_first[w], self.g_first[w] + self.g_n[w]):
             self.stepped[k] = 0

@@ -355,8 +355,8 @@ cdef class VllmRank(Rank):
                 continue
             if self.t.generated[r] == 0 and self.t.sched_pass[r] == self.pass_id and self.t.sched_prompt[r] > 0:
                 continue          # first token sampled from this pass's prefill
-            if self.hold_source and self.t.req_out[r] == 0:
-                continue          # a prefill pool's zero-output request: its hidden token is free
+            if self.hold_source:
+                continue          # a prefill pool's full prefix hit: its hidden token is free
             n_decode += 1
             active += <double>seq_len
         decode_ms = decode_phase_ms(&self.tm, n_decode, active)
