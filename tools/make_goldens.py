@@ -367,6 +367,11 @@ def disagg_scenarios():
     t3 = [pd_req(0, 1000, 30, 100), pd_req(0, 1001, 10, 200), pd_req(12, 300, 10, 400)]
     t6 = [pd_req(0, 1000, 5, 100), pd_req(500, 640, 5, 200), pd_req(600, 1000, 5, 100)]
     t8 = [pd_req(0, 1000, 10, 100), pd_req(0, 1001, 10, 200)]
+    restart_rej = [pd_req(0, 300, 50, 100), pd_req(0, 2500, 5, 200), pd_req(0, 2500, 5, 250),
+                   line(0, 2500, 5, range(300, 340), session_id="sW"),
+                   line(0, 2500, 5, range(400, 440), session_id="sW", delay_ms=5),
+                   pd_req(0, 300, 5, 500), pd_req(0, 2500, 5, 600), pd_req(0, 2500, 5, 700),
+                   pd_req(0, 2500, 5, 800), pd_req(0, 200, 5, 900)]
     pd_fail_sessions = [line(0, 3000, 10, range(418, 465), session_id="s2"),
                         line(0, 292, 5, range(2000, 2005), session_id="s2", delay_ms=0),
                         line(0, 100, 3, [9000, 9001], session_id="s3"),
@@ -552,6 +557,72 @@ def disagg_scenarios():
           **pd_args(prefill={"kv_transfer_bytes_per_token": 1000000, "kv_transfer_bandwidth": 50.0,
                              "kv_transfer_timing_mode": "destination_missing"},
                     preemption_mode="fifo", decode_speedup_ratio=1.7)),
+        T("pd_restart_rejection_batch", restart_rej, "closed loop 4, max_model_len 2000: at 20 the pass end "
+          "rejects one request and the restart's zero-duration pass the turn that waited (arrived at "
+          "15); the first's successor (2500) is rejected in a zero-duration pass, then the restart's "
+          "(2500) in another, before the 200-token successor of the first is routed (prefilled 20-30; "
+          "we had the restart's successor routed beside it and rejected at 30)", trace_block_size=64,
+          replay_concurrency=4, **pd_args(max_model_len=2000, **fixed)),
+        T("pd_trtllm_restart_rejection_batch", restart_rej, "pd_restart_rejection_batch with TRT-LLM",
+          trace_block_size=64, replay_concurrency=4, **pd_args(max_model_len=2000, backend="trtllm", **fixed)),
+        T("pd_restart_successor_after_batch", restart_rej[:8] + [pd_req(0, 200, 5, 800), pd_req(0, 250, 5, 900)],
+          "as pd_restart_rejection_batch with a 200-token successor of the restart's rejection: it is "
+          "routed after the pass end's successor (2500) was rejected alone in a zero-duration pass at "
+          "20 and is prefilled 20-30; the successor of that rejection (250) comes after it (30-40)",
+          trace_block_size=64, replay_concurrency=4, **pd_args(max_model_len=2000, **fixed)),
+        T("pd_trtllm_restart_successor_after_batch",
+          restart_rej[:8] + [pd_req(0, 200, 5, 800), pd_req(0, 250, 5, 900)],
+          "pd_restart_successor_after_batch with TRT-LLM", trace_block_size=64, replay_concurrency=4,
+          **pd_args(max_model_len=2000, backend="trtllm", **fixed)),
+        T("pd_restart_failed_handoff_batch",
+          [pd_req(0, 1024, 0, 100), pd_req(0, 300, 50, 200), pd_req(0, 2500, 5, 300),
+           line(0, 2500, 5, range(400, 440), session_id="sW"),
+           line(0, 1024, 0, range(100, 116), session_id="sW", delay_ms=5)] + restart_rej[5:],
+          "as pd_restart_rejection_batch, but the waiting turn is a no-output full prefix hit whose "
+          "handoff fails (1024 tokens, 10 decode blocks) in the restart's zero-duration pass: its "
+          "session's successor is routed before the successor of the pass end's one's rejection", trace_block_size=64, replay_concurrency=4,
+          **pd_args(decode={"num_gpu_blocks": 10}, max_model_len=2000, **fixed)),
+        T("pd_trtllm_restart_rejection_fuzz2126",
+          [
+           "{\"session_id\": \"s0\", \"input_length\": 913, \"output_length\": 0, \"hash_ids\": [1000000, 1000001]}",
+           "{\"session_id\": \"s0\", \"input_length\": 54, \"output_length\": 48, \"hash_ids\": [30], \"delay\": 50}",
+           "{\"input_length\": 2745, \"output_length\": 84, \"hash_ids\": [1000000, 1000001, 1000002, 1000003, 1000004, 45]}",
+           "{\"output_length\": 44, \"hash_ids\": [1000000, 1000001]}",
+           "{\"input_length\": 2743, \"hash_ids\": [1000000, 1000001, 1000002, 1000003, 1000004, 46], \"output_tokens\": 196}",
+           "{\"input_length\": 885, \"output_length\": 133, \"hash_ids\": [47, 48]}",
+           "{\"session_id\": \"s1\", \"input_length\": 19, \"output_length\": 128, \"hash_ids\": [1000000]}",
+           "{\"input_length\": 2630, \"output_length\": 1, \"hash_ids\": [1000000, 1000001, 1000002, 1000003, 1000004, 51]}",
+           "{\"input_length\": 2900, \"output_length\": 130, \"hash_ids\": [52, 53, 54, 55, 56, 57]}",
+           "{\"output_length\": 158, \"hash_ids\": [1000000, 1000001, 1000002, 1000003]}",
+           "{\"input_length\": 17468, \"output_length\": 39, \"hash_ids\": [1000000, 1000001, 1000002, 1000003, 1000004, 58, 59, 60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74, 75, 76, 77, 78, 79, 80, 81, 82, 83, 84, 85, 86, 87]}",
+           "{\"input_length\": 772, \"output_length\": 8, \"hash_ids\": [88, 89]}",
+           "{\"input_length\": 1810, \"output_length\": 5, \"hash_ids\": [1000000, 1000001, 1000002, 1000003]}",
+           "{\"session_id\": \"s2\", \"input_length\": 1107, \"output_length\": 1, \"hash_ids\": [1000000, 1000001, 1000002]}",
+           "{\"session_id\": \"s2\", \"input_length\": 2503, \"output_length\": 0, \"hash_ids\": [1000000, 1000001, 1000002, 1000003, 1000004], \"delay_ms\": 2.5}",
+           "{\"input_length\": 732, \"output_length\": 25, \"hash_ids\": [1000000, 1000001]}",
+           "{\"input_length\": 582, \"output_length\": 152, \"hash_ids\": [1000000, 1000001, 90]}",
+           "{\"input_length\": 20, \"output_length\": 1, \"hash_ids\": [91]}",
+           "{\"input_length\": 1664, \"output_length\": 1, \"hash_ids\": [92, 93, 94, 95]}",
+           "{\"input_length\": 2800, \"output_length\": 60, \"hash_ids\": [1000000, 1000001, 1000002, 1000003, 1000004, 96]}",
+           "{\"input_length\": 2509, \"output_length\": 1, \"hash_ids\": [97, 98, 99, 100, 101]}",
+           "{\"session_id\": \"s3\", \"input_length\": 1833, \"output_length\": 110, \"hash_ids\": [1000000, 1000001, 1000002, 1000003, 104]}",
+           "{\"input_length\": 1, \"hash_ids\": [1000000], \"output_tokens\": 79}"],
+          "fuzz 2126/244 shrunk: closed loop 6, max_model_len 64; at 33.6 the 2503-token turn that "
+          "waited is rejected by the restart's zero-duration pass and its successor (1833) is rejected "
+          "at 33.6 before the 1-token successor of the pass end's successors' rejection is routed "
+          "(we had them in one pass: 50.1)",
+          replay_concurrency=6, **pd_args(backend="trtllm", block_size=32, max_model_len=64)),
+        T("pd_successor_zero_pass_decode_end",
+          [line(0, 950, 0, range(100, 115), session_id="sA"),
+           line(0, 200, 5, range(200, 204), session_id="sA", delay_ms=0),
+           pd_req(0, 100, 9, 300), pd_req(0, 2500, 5, 400), pd_req(0, 2500, 5, 500), pd_req(0, 300, 5, 600),
+           pd_req(0, 2500, 5, 700), pd_req(0, 150, 5, 800), pd_req(0, 180, 5, 900)],
+          "closed loop 4: the no-output 950-token turn's transfer ends mid decode pass (19.5) and it "
+          "ends at that pass end (20) in the decode worker's zero-duration pass; its successor is "
+          "routed after the workers started with the pass end's successors (prefilled 30-40)",
+          trace_block_size=64, replay_concurrency=4,
+          **pd_args(prefill={"kv_transfer_bytes_per_token": 1000000, "kv_transfer_bandwidth": 100.0},
+                    max_model_len=2000, **fixed)),
         T("pd_sessions", session_trace("delay"), "multi-turn sessions 1P1D", **pd_args()),
         T("pd_concurrency", mix, "closed loop concurrency 3, 1P1D", replay_concurrency=3, **pd_args()),
         T("pd_tp_dp", tiny, "prefill tp 2, decode dp 2", **pd_args(top_p={"tensor_parallel_size": 2},

@@ -78,6 +78,9 @@ cdef class ReplayCore:
     cdef bint delta
     cdef vector[vector[TokRun]] full_runs  # delta mode: cumulative prompt runs until the next turn is built
     cdef priority_queue[Arrival] dyn
+    cdef bint succ_late                  # disaggregated: successors due now go to `late`
+    cdef vector[Arrival] late            # successors of requests that ended in a zero-duration pass
+                                         # the batch started: held back from the next batch
     cdef vector[rid_t] arrival_seq       # rids in arrival (routing) order
     # state
     cdef double now
@@ -291,10 +294,16 @@ cdef class ReplayCore:
                     g.start = 0
                     g.n = self.t.out_tokens[r]
                     self.full_runs[nt].push_back(g)
-            self.dyn.push(Arrival(-(at + self.delay[nt]), -<int64_t>nt))
+            self._push_successor(at + self.delay[nt], nt, at)
         elif self.concurrency > 0 and self.session_ptr < <int64_t>self.session_heads.size():
-            self.dyn.push(Arrival(-at, -<int64_t>self.session_heads[self.session_ptr]))
+            self._push_successor(at, self.session_heads[self.session_ptr], at)
             self.session_ptr += 1
+
+    cdef inline void _push_successor(self, double t, rid_t r, double now) noexcept nogil:
+        if self.succ_late and t == now:
+            self.late.push_back(Arrival(-t, -<int64_t>r))
+        else:
+            self.dyn.push(Arrival(-t, -<int64_t>r))
 
     cdef inline double _next_arrival(self) noexcept nogil:
         cdef double ta = INFINITY
@@ -331,6 +340,8 @@ cdef class ReplayCore:
         cdef vector[rid_t] batch
         while budget > 0:
             tn = self._next_arrival()
+            if self.late.size() > 0:
+                tn = self.now                   # held-back successors arrive at this instant
             if not self.transfers.empty() and -self.transfers.top().first < tn:
                 tn = -self.transfers.top().first
             for w in range(self.n_workers):
@@ -379,6 +390,12 @@ cdef class ReplayCore:
                     if r < 0:
                         break
                     batch.push_back(r)
+                # successors of requests that ended in a zero-duration pass the previous batch
+                # started (rejected, or a failed handoff) are released only after this batch,
+                # with those of what ends in this restart (fuzz 2126/244, 2130/276)
+                for j in range(<int64_t>self.late.size()):
+                    self.dyn.push(self.late[j])
+                self.late.clear()
             if self.disagg and self._start_workers(now, &budget):
                 return True
             if self.disagg:
@@ -393,8 +410,10 @@ cdef class ReplayCore:
                     self._arrive(r, now)
             # 3. idle workers with work start a pass; a pass that takes no time completes at
             #    once and the worker goes on, before anything it released can arrive
+            self.succ_late = self.disagg
             if self._start_workers(now, &budget):
                 return True
+            self.succ_late = False
         return False
 
     cdef int _start_workers(self, double now, int64_t* budget) noexcept nogil:
