@@ -752,6 +752,37 @@ def sglang_disagg_scenarios():
           trace_block_size=64, **KVR,
           **pd_args(decode={"num_gpu_blocks": 33, "prefill_decode_interval": 1,
                             "sglang": {"chunked_prefill_size": 64}}, **sgf)),
+        T("pd_sglang_ready_queue_lpm", [pd_req(0, 640, 30, 100), pd_req(0, 128, 5, 200), pd_req(0, 1024, 5, 300)],
+          "SGLang lpm, decode max_num_seqs 1, 1000 GB/s: transferred requests wait for a seat in "
+          "activation order (640 before the fully cached 1024 at 15.128), outside the lpm sort "
+          "(fuzz 2305/61, 2305/253)",
+          trace_block_size=64,
+          **pd_args(prefill={"kv_transfer_bytes_per_token": 1000000, "kv_transfer_bandwidth": 1000.0},
+                    decode={"max_num_seqs": 1}, sglang={"schedule_policy": "lpm"}, **sgf)),
+        T("pd_sglang_failed_reserve_refresh",
+          [pd_req(0, 505, 0, 100), pd_req(0, 1152, 0, 200), pd_req(0, 1938, 56, 300), pd_req(0, 6003, 60, 400),
+           line(5, 87 * 64, 0, list(range(100, 108)) + list(range(600, 679)))],
+          "SGLang decode pool of 151 pages, destination_missing: the waiting 5568-token destination's "
+          "failed attempts lock (refresh) the 505-token prompt's 7 cached pages, so a later eviction "
+          "takes the 1152-token prompt's tail instead; 80 pages to move, not 81",
+          trace_block_size=64,
+          **pd_args(prefill={"kv_transfer_bytes_per_token": 1000000, "kv_transfer_bandwidth": 1000.0,
+                             "kv_transfer_timing_mode": "destination_missing"},
+                    decode={"num_gpu_blocks": 151}, **sgf)),
+        T("pd_sglang_failed_reserve_fuzz2305", [
+            '{"input_length": 1938, "hash_ids": [4000000, 4000001, 4000002, 4000003, 4000004, 10, 11, 12], "created_time": 0, "output_tokens": 56}',
+            '{"timestamp": 3, "session_id": "s1", "input_length": 505, "output_length": 0, "hash_ids": [2000000, 2000001, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48]}',
+            '{"timestamp": 3, "session_id": "s2", "input_length": 6003, "output_length": 14, "hash_ids": [3000000, 3000001, 3000002, 3000003, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 64, 65, 66, 67, 68]}',
+            '{"timestamp": 4, "input_length": 1152, "output_length": 0, "hash_ids": [71, 72, 73, 74, 75]}',
+            '{"timestamp": 4, "input_length": 2174, "output_length": 0, "hash_ids": [2000000, 2000001, 76, 77, 78, 79, 80, 81, 82, 83, 84, 85]}'],
+          "fuzz 2305/172 shrunk: SGLang 2P1D, default timing, destination_missing at 0.5 GB/s; the "
+          "2174-token destination's failed attempts keep the 505-token prompt's pages fresh: 27 pages "
+          "moved, not 28 (16.78 ms of duration)",
+          trace_block_size=256, trace_format="mooncake-delta", num_prefill_workers=2,
+          **pd_args(prefill={"num_gpu_blocks": 303, "kv_transfer_bytes_per_token": 131072,
+                             "kv_transfer_bandwidth": 0.5, "kv_transfer_timing_mode": "destination_missing"},
+                    decode={"num_gpu_blocks": 151}, backend="sglang", block_size=64,
+                    preemption_mode="lifo", speedup_ratio=0.5)),
         S("pd_sglang_synth", (2000, 40, 60), "SGLang synthetic 1P1D, rate 10, shared prefixes, kv_router",
           request_rate=10.0, shared_prefix_ratio=0.5, num_prefix_groups=3, **KVR,
           **pd_args(prefill=r8b, backend="sglang", block_size=64)),
@@ -1570,7 +1601,23 @@ def sglang_error_cases():
                                                                  sglang={"clip_max_new_tokens": 4})),
         "synthetic_prompt_over_pool": s((2000, 5, 3), arrival_interval_ms=0.0,
                                         extra_engine_args=sg(block_size=16, num_gpu_blocks=100)),
+        # disaggregated: a decode worker left with a retracted request it cannot readmit (a
+        # destination holds the room) reruns its empty pass while the admission ratio decays; 1024
+        # such passes in a row abort (fuzz 2305/121).  Conservativeness 0.518 needs 1024, 0.519 1023
+        "disagg_ratio_livelock": t([line(0, 1280, 150, range(100, 120)), line(5, 1088, 200, range(200, 217)),
+                                    line(15, 1600, 0, range(300, 325))], **disagg_ratio_args(0.518)),
+        "disagg_ratio_settles_ok": t([line(0, 1280, 150, range(100, 120)), line(5, 1088, 200, range(200, 217)),
+                                      line(15, 1600, 0, range(300, 325))], **disagg_ratio_args(0.519)),
     }
+
+
+def disagg_ratio_args(conservativeness):
+    """1P1D SGLang, bs 64, fixed 10/1, decode pool of 40 pages (sglang_error_cases)."""
+    eng = {"backend": "sglang", "block_size": 64, "timing_model": dict(FIXED_10_1),
+           "sglang": {"schedule_conservativeness": conservativeness}}
+    return {"router_mode": "round_robin", "trace_block_size": 64,
+            "prefill_engine_args": json.dumps({"engine": {**eng, "worker_type": "prefill"}}),
+            "decode_engine_args": json.dumps({"engine": {**eng, "worker_type": "decode", "num_gpu_blocks": 40}})}
 
 
 def make_errors(tmpdir, cases=None):

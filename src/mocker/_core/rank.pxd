@@ -15,6 +15,8 @@ cdef struct PassOut:
     bint prefill_work         # the pass computed prompt tokens (SGLang interval signal)
     bint model_work           # the pass ran a forward (prompt tokens or decoded tokens)
     bint effect               # the pass changed anything
+    bint retry                # an effect-free zero-duration pass that moved state the next pass
+                              # reads (SGLang: the admission ratio): it runs again at once
 
 
 cdef class Rank:

@@ -56,6 +56,7 @@ cdef class Rank:
         self.out.prefill_work = False
         self.out.model_work = False
         self.out.effect = False
+        self.out.retry = False
         self.out_emitted.clear()
         self.out_prev.clear()
         self.out_completed.clear()

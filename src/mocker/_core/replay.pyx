@@ -15,7 +15,8 @@ from libcpp.deque cimport deque
 from libcpp.queue cimport priority_queue
 from libcpp.pair cimport pair
 from mocker._core._types cimport rid_t, KvEvent, ceil_div
-from mocker._core.table cimport ReqTable, TokRun, RUN_GEN, ST_COMPLETED, ST_RUNNING, ST_WAITING, ST_FAILED
+from mocker._core.table cimport (ReqTable, TokRun, RUN_GEN, ST_COMPLETED, ST_RUNNING, ST_WAITING, ST_FAILED,
+                                 ST_REJECTED, ST_UNFINISHED, ST_CANCELLED)
 from mocker._core.rank cimport Rank, step_group
 from mocker._core.router cimport KvRouter
 from mocker._core.stats cimport (Welford, welford_init, welford_add, welford_mean, welford_std,
@@ -25,6 +26,10 @@ from mocker._core.stats cimport (Welford, welford_init, welford_add, welford_mea
 cnp.import_array()
 
 ctypedef pair[double, int64_t] Arrival      # (-time, -rid): max-heap pops the earliest, then lowest rid
+
+# a worker whose effect-free zero-duration passes keep moving state (SGLang: the admission
+# ratio decays) reruns them at the same instant; this many in a row abort the run (reference)
+cdef int64_t MAX_SAME_INSTANT_RETRIES = 1024
 
 
 class ReplayInvariantError(RuntimeError):
@@ -95,6 +100,7 @@ cdef class ReplayCore:
     cdef public int64_t committed_prefill
     cdef public bint done
     cdef public int64_t stalled_inflight   # > 0: an effect-free zero-duration pass happened
+    cdef public bint retry_livelock        # ... a worker's same-instant reruns hit the limit
     # accumulators
     cdef Welford itl
     cdef DDSketch itl_sk
@@ -424,12 +430,13 @@ cdef class ReplayCore:
         completes only once every worker has started this round (decode pool first, as at a
         pass end), so its handoffs meet a decode worker that is already mid-pass; then the
         next round starts whoever is idle with work."""
-        cdef int64_t w, j
+        cdef int64_t w, j, retries
         cdef double x
-        cdef bint zero_done
+        cdef bint zero_done, retry
         while True:
             zero_done = False
             for w in range(self.n_workers):
+                retries = 0
                 while not self.busy[w] and not self.stalled[w] and self._has_work(w):
                     x = self._start_pass(w, now)
                     self.passes += 1
@@ -439,11 +446,15 @@ cdef class ReplayCore:
                         self.busy_until[w] = x
                         break
                     if not self._effect:
+                        retry = False
+                        for j in range(self.g_first[w], self.g_first[w] + self.g_n[w]):
+                            retry = retry or (self.stepped[j] and (<Rank>self.ranks[j]).out.retry)
                         if self.disagg and w >= self.n_prefill_workers and self._retry_gated(w, now):
                             # a decode pass that did nothing because a destination waits for room
                             # (a preempted/retracted request is held back) still lets the rank
                             # take one waiting destination; once none waits, the held-back
                             # readmission runs at this instant (SGLang and vLLM/TRT-LLM alike)
+                            retries = 0
                             continue
                         if (<Rank>self.ranks[self.g_first[w]]).stall_is_fatal:
                             self.stalled_inflight = 0
@@ -451,6 +462,17 @@ cdef class ReplayCore:
                                 self.stalled_inflight += <int64_t>((<Rank>self.ranks[j]).waiting.size()
                                                                    + (<Rank>self.ranks[j]).running.size())
                             return 1
+                        if retry:
+                            # the pass moved the SGLang admission ratio: it runs again at once,
+                            # up to MAX_SAME_INSTANT_RETRIES in a row, then the reference gives
+                            # up (a ratio that needs 1024 decay steps to settle, e.g. 1.0 after a
+                            # retraction with conservativeness < 0.889; fuzz 2305/121)
+                            retries += 1
+                            if retries >= MAX_SAME_INSTANT_RETRIES:
+                                self.stalled_inflight = self._worker_inflight(w)
+                                self.retry_livelock = True
+                                return 1
+                            continue
                         self.stalled[w] = 1
                         break
                     if self.disagg:
@@ -469,6 +491,29 @@ cdef class ReplayCore:
                 if self.busy[w] and self.busy_until[w] == now:
                     self.busy[w] = 0
                     self._complete_worker_pass(w, now)
+
+    cdef int64_t _worker_inflight(self, int64_t w) noexcept nogil:
+        """Requests worker ``w`` still owns (the reference's count in its livelock error): a
+        decode worker, every request routed to it and not terminal (from its arrival, SGLang);
+        a prefill worker, every request queued on it whose source is not released."""
+        cdef int64_t n = 0, lo = self.g_first[w], hi = self.g_first[w] + self.g_n[w], k
+        cdef rid_t r
+        cdef int8_t st
+        for r in range(self.t.n):
+            st = self.t.status[r]
+            if (isnan(self.t.arrival[r]) or st == ST_REJECTED or st == ST_FAILED
+                    or st == ST_CANCELLED or st == ST_UNFINISHED):
+                continue
+            if self.disagg and w < self.n_prefill_workers:
+                k = self.t.prefill_worker[r]
+                if lo <= k < hi and isnan(self.t.source_released[r]):
+                    n += 1
+            elif st != ST_COMPLETED or (self.disagg and isnan(self.t.dest_activated[r])):
+                # (a prefill that ends later in a pass already started shows as completed)
+                k = self.t.worker[r] + (self.n_prefill_ranks if self.disagg else 0)
+                if lo <= k < hi:
+                    n += 1
+        return n
 
     cdef bint _retry_gated(self, int64_t w, double now) noexcept nogil:
         """Decode worker ``w`` ran an effect-free pass: one reservation attempt per rank with a
@@ -725,7 +770,8 @@ cdef class ReplayCore:
                 # transferred prompts queued behind it)
                 raise ReplayInvariantError(
                     "replay invariant violated: offline "
-                    + ("disagg replay encountered" if self.disagg else "replay detected")
+                    + ("disagg replay encountered" if self.disagg and not self.retry_livelock
+                       else "replay detected")
                     + f" an effect-free zero-duration pass with {self.stalled_inflight} in-flight "
                     "requests remaining")
         return fin

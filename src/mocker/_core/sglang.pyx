@@ -241,11 +241,19 @@ cdef class SglangRank(Rank):
         cdef LpmKey k
         cdef unordered_set[hash_t] seen
         cdef int64_t tpages = ceil_div(IN_BATCH_PREFIX_THRESHOLD, self.bs)
-        cdef int64_t pos = 0, first = 0, n
+        cdef vector[size_t] slots
+        cdef int64_t pos = 0, n
         cdef size_t i
         cdef rid_t r
         cdef hash_t key
-        for i in range(first, self.waiting.size()):
+        for i in range(self.waiting.size()):
+            # a decode worker's transferred requests wait in a queue of their own (activation
+            # order, promoted first): the policy neither moves nor counts them (fuzz 2305/61)
+            if not self.t.activated[self.waiting[i]]:
+                slots.push_back(i)
+        if <int64_t>slots.size() > LPM_MAX_WAITING:
+            return
+        for i in slots:
             r = self.waiting[i]
             k.r = r
             k.pos = pos
@@ -271,7 +279,7 @@ cdef class SglangRank(Rank):
             keys.push_back(k)
         stable_sort(keys.begin(), keys.end(), lpm_less)
         for i in range(keys.size()):
-            self.waiting[first + i] = keys[i].r
+            self.waiting[slots[i]] = keys[i].r
 
     # -- prefill batch --------------------------------------------------------------
     cdef void _prefill_batch(self, double now) noexcept nogil:
@@ -372,6 +380,7 @@ cdef class SglangRank(Rank):
         cdef rid_t r, victim
         cdef int64_t rem, seq, need, avail, best, prev_rounds
         cdef double end = now, active, estimate = 0.0
+        cdef double ratio_before = self.new_token_ratio
         cdef vector[rid_t] newly, done, zero
         cdef int64_t nb
         cdef vector[int64_t] rems
@@ -417,7 +426,8 @@ cdef class SglangRank(Rank):
             self.new_token_ratio = self.init_ratio
             self._end_pass(now, True)
             return
-        if self.lpm and self.caching and <int64_t>self.waiting.size() <= LPM_MAX_WAITING:
+        if self.lpm and self.caching and (self.decode_role
+                                          or <int64_t>self.waiting.size() <= LPM_MAX_WAITING):
             self._apply_lpm()
         if not defer and not (self.decode_role and self.pending_dest):
             # (a decode worker readmits retracted requests only while no destination waits for
@@ -573,6 +583,14 @@ cdef class SglangRank(Rank):
                     self.idle_round = True              # resolved when the worker pass ends
                 else:
                     self.new_token_ratio = self.init_ratio      # an idle interval round
+            else:
+                # a decode pass with nothing to decode (disaggregated: nothing admissible now)
+                # decays the ratio all the same; the driver reruns such a pass at once while
+                # the ratio moves (fuzz 2305/121)
+                self.new_token_ratio -= self.decay_step
+                if self.new_token_ratio < self.min_ratio:
+                    self.new_token_ratio = self.min_ratio
+            self.out.retry = not defer and self.new_token_ratio != ratio_before
             prev_rounds = self.prefill_rounds_remaining
             if self.prefill_rounds_remaining > 0 and not self.grouped:
                 self.prefill_rounds_remaining -= 1      # grouped: the worker pass end counts down
@@ -656,7 +674,7 @@ cdef class SglangRank(Rank):
 
     cdef bint reserve_destination(self, rid_t r, int64_t* missing_blocks) noexcept nogil:
         """Lock the prompt's resident prefix pages and allocate the rest (evicting as needed);
-        False (nothing changed) if the pool cannot hold them now."""
+        False if the pool cannot hold them now (nothing held; the prefix was refreshed)."""
         cdef int64_t bs = self.bs, plen = self.t.prompt_len[r]
         cdef int64_t total = ceil_div(plen, bs), nfull = plen // bs, matched = 0, stamp
         self.t.ensure_hashed(r)
@@ -664,15 +682,16 @@ cdef class SglangRank(Rank):
             nfull = <int64_t>self.t.hashes[r].size()
         if self.caching:
             matched = self.cache.match(self.t.hashes[r].data(), nfull)
-        if <int64_t>self.cache.free_slots.size() + self.cache.evictable < total - matched:
-            return False
+        # the reference matches and locks the prefix (refreshing its stamp, splitting its edge)
+        # before it checks the room, which leaves the locked prefix out of the evictable pages;
+        # an attempt that fails unlocks it again, refreshed (fuzz 2305/172)
         self.dest[r].clear()
         self.touch[r] = self.cache.tick()
         self.skip_lo[r] = self.cache.lock_path(self.t.hashes[r].data(), matched, &self.dest[r])
         self.skip_hi[r] = matched
         self.ins[r] = matched
         if not self.cache.alloc(total - matched, &self.dest[r]):
-            self._drop_pages(r, &self.dest[r])      # the matched path itself had to go
+            self._drop_pages(r, &self.dest[r])
             return False
         missing_blocks[0] = total - matched
         return True
