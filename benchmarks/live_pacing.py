@@ -105,7 +105,7 @@ def main() -> None:
     ap.add_argument("--backend", default="vllm", choices=["vllm", "sglang", "trtllm"])
     ap.add_argument("--blocks", type=int, default=65536)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--uvloop", action="store_true", help="run on uvloop (pip install uvloop)")
+    ap.add_argument("--uvloop", action="store_true", help="run on uvloop (the uvloop extra: pip install \".[live,uvloop]\")")
     ap.add_argument("--gc-freeze", action="store_true",
                     help="gc.freeze() after start-up and raise the GC thresholds (fewer collection pauses)")
     ap.add_argument("--handout-lead", default="auto",
