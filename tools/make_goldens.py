@@ -866,6 +866,15 @@ def dp_scenarios():
           trace_block_size=64,
           extra_engine_args=eng_top({**fixed, "prefill_schedule_interval": 4, "max_num_batched_tokens": 100},
                                     dp_size=2)),
+        # fuzz 2403/149, 2404/119 (shrunk): budget 16 < block 32, interval 4; P's 16-token
+        # second chunk shares the budget with L's decode, leaving one prompt token that is still
+        # a prefill continuation (deferred on throttled passes), not a decode
+        T("dp2_last_prompt_token_i4", [line(0, 16, 600, [1]), line(0, 1500, 100, list(range(10, 34))),
+                                       line(50, 19, 1, [40]), line(50, 20, 11, [50])],
+          "dp 2, interval 4, budget 16 < block 32: a single prompt token left is still a prefill chunk",
+          trace_block_size=64,
+          extra_engine_args=eng_top({**fixed, "block_size": 32, "prefill_schedule_interval": 4,
+                                     "max_num_batched_tokens": 16}, dp_size=2)),
         T("dp_tiny_dp2", tiny, "tiny trace, dp 2", extra_engine_args=eng_top({}, dp_size=2)),
         T("dp_tiny_dp4_tp2", tiny, "tiny trace, dp 4, tp 2", extra_engine_args=eng_top({}, dp_size=4,
                                                                                      tensor_parallel_size=2)),

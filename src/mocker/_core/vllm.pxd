@@ -35,6 +35,7 @@ cdef class VllmRank(Rank):
     cdef void _remove_waiting(self, rid_t r) noexcept nogil
     cdef void _reject(self, rid_t r) noexcept nogil
     cdef int64_t _final_len(self, rid_t r) noexcept nogil
+    cdef bint _prefill_chunk(self, rid_t r) noexcept nogil
     cdef int64_t _trt_reserved(self) noexcept nogil
     cdef int64_t _trt_tail(self, rid_t r) noexcept nogil
     cdef void _trt_clamp(self, rid_t r) noexcept nogil

@@ -239,6 +239,15 @@ cdef class VllmRank(Rank):
         cdef int64_t need = ceil_div(self._final_len(r), self.bs) - <int64_t>self.t.blocks[r].size()
         return need if need > 0 else 0
 
+    cdef bint _prefill_chunk(self, rid_t r) noexcept nogil:
+        """A running request still in prefill (throttling, spec §3.8): more than the last
+        sampled token left to compute, or a prompt not yet sampled from -- a chunk leaving a
+        single prompt token (budget not a multiple of the chunk) is a prefill continuation
+        too, not a decode."""
+        if self.t.computed[r] < self.t.prompt_len[r] + self.t.generated[r] - 1:
+            return True
+        return self.t.generated[r] == 0 and self.t.computed[r] < self.t.prompt_len[r]
+
     # -- one pass -----------------------------------------------------------------
     cdef void step(self, double now) noexcept nogil:
         cdef int64_t bs = self.bs
@@ -260,7 +269,7 @@ cdef class VllmRank(Rank):
             # attention-DP prefill throttling (spec §3.8): a rank that is decoding holds its
             # prefills back on passes off the prefill_schedule_interval
             for r in self.running:
-                if self.t.computed[r] >= self.t.prompt_len[r] + self.t.generated[r] - 1:
+                if not self._prefill_chunk(r):
                     defer = True        # decoding: at most the last sampled token to compute
                     break
 
@@ -268,7 +277,7 @@ cdef class VllmRank(Rank):
         i = 0
         while i < self.running.size() and self.budget > 0:
             r = self.running[i]
-            if defer and self.t.computed[r] < self.t.prompt_len[r] + self.t.generated[r] - 1:
+            if defer and self._prefill_chunk(r):
                 i += 1                  # a prefill chunk continuation waits for an aligned pass
                 continue
             res = self._schedule(r, False, 0)
