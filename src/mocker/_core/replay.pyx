@@ -361,17 +361,8 @@ cdef class ReplayCore:
                 return True
             now = tn
             self.now = now
-            # 1. pass completions (worker order; disaggregated: the decode pool's first, so a
-            #    prefill that ends at a decode pass end hands off to an idle decode worker)
-            if self.disagg:
-                for w in range(self.n_prefill_workers, self.n_workers):
-                    if self.busy[w] and self.busy_until[w] == now:
-                        self.busy[w] = 0
-                        self._complete_worker_pass(w, now)
-            for w in range(self.n_workers):
-                if self.busy[w] and self.busy_until[w] == now:
-                    self.busy[w] = 0
-                    self._complete_worker_pass(w, now)
+            # 1. pass completions
+            self._complete_passes_ending(now)
             # 1b. KV transfers that finish now: activate the destination (at the decode
             #     worker's pass end if it is busy), then release the source
             while not self.transfers.empty() and -self.transfers.top().first <= now:
@@ -483,14 +474,22 @@ cdef class ReplayCore:
                     self._complete_worker_pass(w, now)
             if not zero_done:
                 return 0
+            self._complete_passes_ending(now)
+
+    cdef void _complete_passes_ending(self, double now) noexcept nogil:
+        """Complete every busy worker's pass that ends at ``now``, in worker order;
+        disaggregated, the decode pool's first, so a prefill that ends at a decode pass end
+        hands off to an idle decode worker."""
+        cdef int64_t w
+        if self.disagg:
             for w in range(self.n_prefill_workers, self.n_workers):
                 if self.busy[w] and self.busy_until[w] == now:
                     self.busy[w] = 0
                     self._complete_worker_pass(w, now)
-            for w in range(self.n_prefill_workers):
-                if self.busy[w] and self.busy_until[w] == now:
-                    self.busy[w] = 0
-                    self._complete_worker_pass(w, now)
+        for w in range(self.n_workers):
+            if self.busy[w] and self.busy_until[w] == now:
+                self.busy[w] = 0
+                self._complete_worker_pass(w, now)
 
     cdef int64_t _worker_inflight(self, int64_t w) noexcept nogil:
         """Requests worker ``w`` still owns (the reference's count in its livelock error): a
