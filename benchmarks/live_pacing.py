@@ -15,10 +15,10 @@ pass-loop lateness.
 from __future__ import annotations
 
 import argparse
-import array
 import asyncio
 import gc
 import json
+import os
 import random
 import time
 
@@ -37,8 +37,10 @@ async def run(args) -> dict:
     origin = eng.origin             # time.monotonic() at modeled time 0
     clock = time.monotonic          # (loop.time() is millisecond-coarse on uvloop)
     stop_at = clock() + args.seconds
-    # per token: modeled ms, consumer lateness ms, delivery lateness ms (flat, untracked by the GC)
-    modeled_a, late_a, deliv_a = array.array("d"), array.array("d"), array.array("d")
+    # per token: when the consumer got it, its modeled ms, when the engine handed it out (plain
+    # list appends: the bookkeeping runs inside the fan-out it measures, so it is kept minimal)
+    got_l, modeled_l, handed_l = [], [], []
+    got, modeled_of, handed = got_l.append, modeled_l.append, handed_l.append
     served = 0
     rng = random.Random(args.seed)
 
@@ -52,23 +54,40 @@ async def run(args) -> dict:
             prompt = nrng.integers(1, 30000, size=crng.randint(64, 256))    # a fresh random prompt
             s = await eng.submit(DirectRequest(tokens=prompt, max_output_tokens=crng.randint(100, 400)))
             async for sig in s:
-                now = clock()
-                m = sig.modeled_ms
-                modeled_a.append(m)
-                late_a.append((now - origin) * 1000.0 - m)
-                deliv_a.append((sig.observed_at - origin) * 1000.0 - m)
+                got(clock())
+                modeled_of(sig.modeled_ms)
+                handed(sig.observed_at)
             served += 1
 
+    fanout = []                     # the engine's fan-out estimate, sampled once a second
+
+    async def sample() -> None:
+        while clock() < stop_at:
+            await asyncio.sleep(1.0)
+            fanout.append(eng.fanout_per_signal_s)
+
+    steal0 = _steal_s()
     t0 = time.perf_counter()
-    await asyncio.gather(*[client(i) for i in range(args.clients)])
+    await asyncio.gather(sample(), *[client(i) for i in range(args.clients)])
     wall = time.perf_counter() - t0
+    steal = _steal_s() - steal0 if steal0 is not None else None
     passes = eng.passes
     pass_late = np.array(eng.lateness_ms)
-    fanout_us = eng.fanout_per_signal_s * 1e6     # the hand-out midpoint per signal
+    fanout_us = float(np.median(fanout)) * 1e6 if fanout else 0.0  # the hand-out midpoint per signal
     await eng.shutdown()
 
-    modeled, late, deliv = np.frombuffer(modeled_a), np.frombuffer(late_a), np.frombuffer(deliv_a)
+    modeled = np.array(modeled_l)
+    late = (np.array(got_l) - origin) * 1000.0 - modeled
+    deliv = (np.array(handed_l) - origin) * 1000.0 - modeled
     warm = modeled > 2000.0                       # skip the ramp-up
+    # a stall: within one pass's fan-out, two consecutive readers more than 2 ms apart (no
+    # reader here works that long; the process was not running, e.g. the VM's CPU was stolen)
+    order = np.argsort(modeled, kind="stable")
+    m_sorted, got_sorted = modeled[order], (late + modeled)[order]
+    stalled_passes = 0
+    for seg in np.split(got_sorted, np.flatnonzero(np.diff(m_sorted)) + 1):
+        if len(seg) > 1 and np.diff(np.sort(seg)).max() > 2.0:
+            stalled_passes += 1
     windows = []
     edges = np.arange(0.0, modeled.max() + args.window * 1000.0, args.window * 1000.0)
     for lo, hi in zip(edges[:-1], edges[1:]):
@@ -88,6 +107,7 @@ async def run(args) -> dict:
                         "mean": float(late[warm].mean()),
                         "abs_p99": float(np.percentile(np.abs(late[warm]), 99))},
         "handout_lead": args.handout_lead, "fanout_us_per_signal": fanout_us,
+        "cpu_steal_s": steal, "passes_with_a_stall": stalled_passes,
         "delivery_lateness_ms": {"p50": float(np.percentile(deliv[warm], 50)),
                                  "p99": float(np.percentile(deliv[warm], 99)), "max": float(deliv[warm].max())},
         "pass_lateness_ms": {"p50": float(np.percentile(pass_late, 50)), "p99": float(np.percentile(pass_late, 99)),
@@ -95,6 +115,16 @@ async def run(args) -> dict:
         "drift_ms_per_min": float(np.polyfit(modeled[warm] / 60000.0, late[warm], 1)[0]) if warm.sum() > 2 else None,
         "windows": windows,
     }
+
+
+def _steal_s() -> float | None:
+    """CPU time the hypervisor gave to others (all CPUs, seconds; Linux), or None."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def main() -> None:
@@ -139,6 +169,9 @@ def main() -> None:
           f"max {dl['max']:.2f}")
     print(f"pass-end lateness of the loop (ms): p50 {pl['p50']:.2f}  p99 {pl['p99']:.2f}  max {pl['max']:.2f}")
     print(f"drift (slope of lateness over modeled time): {res['drift_ms_per_min']:+.3f} ms/min")
+    steal = "n/a" if res["cpu_steal_s"] is None else f"{res['cpu_steal_s']:.2f} s"
+    print(f"machine: CPU steal during the run {steal}; passes whose fan-out stalled > 2 ms: "
+          f"{res['passes_with_a_stall']} of {res['passes']}")
     for w in res["windows"]:
         print(f"  t={w['from_s']:5.0f}s  tokens {w['tokens']:7d}  p50 {w['p50_ms']:6.2f}  "
               f"p99 {w['p99_ms']:6.2f}  max {w['max_ms']:7.2f} ms")

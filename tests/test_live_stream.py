@@ -116,3 +116,131 @@ def test_tuple_signals_come_back_whole():
 def test_handout_lead_must_be_auto_or_seconds(bad):
     with pytest.raises(LiveEngineError, match="handout_lead"):
         LiveEngine({"engine": {}}, handout_lead=bad)
+
+
+def test_a_read_is_an_awaitable_not_a_future():
+    # asyncio.wait_for / ensure_future must wrap a read in a task that drives it; were the
+    # read itself future-like they would wait on it without ever driving it
+    async def main():
+        s = Stream(asyncio.get_running_loop(), 4)
+        nxt = s.__anext__()
+        assert not asyncio.isfuture(nxt)
+        task = asyncio.ensure_future(nxt)
+        assert isinstance(task, asyncio.Task)
+        s._offer(Sig("x"))
+        return (await asyncio.wait_for(task, 1)).v
+
+    assert run(main()) == "x"
+
+
+def test_readers_wake_in_hand_out_order_in_their_own_context():
+    import contextvars
+    who = contextvars.ContextVar("who")
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        streams = [Stream(loop, 4) for _ in range(50)]
+        seen = []
+
+        async def reader(i):
+            who.set(i)
+            async for sig in streams[i]:
+                seen.append((who.get(), sig.v))
+
+        tasks = [asyncio.ensure_future(reader(i)) for i in range(50)]
+        await asyncio.sleep(0)
+        order = list(range(50))
+        order.reverse()
+        handout([streams[i] for i in order], [Sig(i) for i in order], 1.0)
+        await asyncio.sleep(0)
+        for s in streams:
+            s._close()
+        await asyncio.gather(*tasks)
+        return seen, order
+
+    seen, order = run(main())
+    assert seen == [(i, i) for i in order]
+
+
+def test_a_parked_read_cancelled_with_a_message_keeps_later_signals():
+    async def main():
+        s = Stream(asyncio.get_running_loop(), 4)
+        task = asyncio.ensure_future(s.__anext__())
+        await asyncio.sleep(0)
+        task.cancel("stop reading")
+        with pytest.raises(asyncio.CancelledError) as err:
+            await task
+        assert handout([s], [Sig("late")], 0.0) is None     # nobody parked: just queued
+        return err.value.args, (await s.__anext__()).v
+
+    assert run(main()) == (("stop reading",), "late")
+
+
+def test_a_failing_wake_up_is_reported_and_the_others_still_run():
+    # drive two reads by hand: the park each yields takes done-callbacks like a future
+    async def main():
+        loop = asyncio.get_running_loop()
+        errors, woken = [], []
+        loop.set_exception_handler(lambda _loop, ctx: errors.append(ctx["exception"]))
+        a, b = Stream(loop, 4), Stream(loop, 4)
+        park_a = a.__anext__().__await__().send(None)
+        park_b = b.__anext__().__await__().send(None)
+        assert not park_a.done() and park_a.get_loop() is loop
+
+        def bad(fut):
+            raise ValueError("boom")
+
+        park_a.add_done_callback(bad)
+        park_b.add_done_callback(woken.append)
+        handout([a, b], [Sig(1), Sig(2)], 0.0)
+        assert park_a.done() and park_a.result() is None
+        await asyncio.sleep(0)
+        park_a.add_done_callback(woken.append)              # on a done park: scheduled at once
+        await asyncio.sleep(0)
+        return [type(e) for e in errors], woken == [park_b, park_a]
+
+    assert run(main()) == ([ValueError], True)
+
+
+def test_the_pure_python_task_drives_reads_too():
+    # asyncio's pure-Python Task takes the same duck-typed future protocol (keyword msg etc.)
+    from asyncio.tasks import _PyTask
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        s = Stream(loop, 4)
+
+        async def read_two():
+            return [(await s.__anext__()).v, (await s.__anext__()).v]
+
+        task = _PyTask(read_two(), loop=loop)
+        await asyncio.sleep(0)
+        handout([s], [Sig(1)], 0.0)
+        await asyncio.sleep(0)
+        s._offer(Sig(2))
+        got = await task
+        parked = _PyTask(read_two(), loop=loop)
+        await asyncio.sleep(0)
+        parked.cancel("bye")
+        with pytest.raises(asyncio.CancelledError):
+            await parked
+        return got
+
+    assert run(main()) == [1, 2]
+
+
+def test_streams_on_uvloop():
+    uvloop = pytest.importorskip("uvloop")
+
+    async def main():
+        s = Stream(asyncio.get_running_loop(), 4)
+        task = asyncio.ensure_future(s.__anext__())
+        await asyncio.sleep(0)
+        handout([s], [Sig("u")], 0.0)
+        got = (await task).v
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(s.__anext__(), 0.01)
+        s._offer(Sig("v"))
+        return got, (await s.__anext__()).v
+
+    assert uvloop.run(main()) == ("u", "v")

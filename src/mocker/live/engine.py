@@ -93,8 +93,9 @@ class FullResponse:
 class LiveRequest(SignalStream):
     """The stream of one request: ``await recv()`` (None at the end) or ``async for``.
 
-    The queue and the hand-off are compiled (``mocker._core.stream``): reading a signal costs
-    one asyncio future and one task step, and a read cancelled at any moment loses nothing."""
+    The queue and the hand-off are compiled (``mocker._core.stream``): a pass's hand-out wakes
+    its readers from one loop callback, reading a signal costs one task step, and a read
+    cancelled at any moment loses nothing."""
 
     __slots__ = ("client_id", "_engine", "_route")
 
