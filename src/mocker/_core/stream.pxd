@@ -6,6 +6,7 @@ cdef class _Dispatcher:
     cdef list _pending            # readers woken since the last run, in hand-out order
     cdef bint _scheduled          # a run is scheduled on the loop
     cdef object _loop_ref         # weak reference to the event loop
+    cdef object _done             # a finished asyncio future (result None) on that loop
     cdef int _add(self, _Park r) except -1
 
 cdef class SignalStream:
@@ -33,9 +34,11 @@ cdef class _Park:
     cdef int _state               # IDLE / PARKED / WOKEN / CANCELLED (stream.pyx)
     cdef object _cb               # the waiting task's wake-up callback
     cdef object _ctx              # ... and the context it runs in
+    cdef bint _cb_task            # _cb is a C asyncio task's own wake-up
     cdef list _more               # further (callback, context) pairs, rarely any
     cdef object _cancel_msg
     cdef public bint _asyncio_future_blocking
-    cdef int _fire(self) except -1
+    cdef int _fire(self, done) except -1
+    cdef void _set_cb(self, fn, ctx)
     cdef void _drop(self)
     cdef _schedule(self, list pairs)

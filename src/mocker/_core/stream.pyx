@@ -26,11 +26,20 @@ from contextvars import copy_context
 import weakref
 
 from asyncio import CancelledError, InvalidStateError
+try:
+    import _asyncio as _asyncio_c
+except ImportError:                    # an interpreter without asyncio's C tasks
+    _asyncio_c = None
 
 
 cdef extern from "Python.h":
     int PyContext_Enter(object ctx) except -1
     int PyContext_Exit(object ctx) except -1
+    PyObject *PyCFunction_GET_SELF(object func)    # borrowed, may be NULL
+
+# a C task's wake-up callback is a built-in method bound to the task
+cdef object _BuiltinMethod = type(len)
+cdef object _CTask = _asyncio_c.Task if _asyncio_c is not None else None
 
 
 class StreamInterrupted(Exception):
@@ -55,6 +64,9 @@ cdef class _Dispatcher:
         self._pending = []
         self._scheduled = False
         self._loop_ref = weakref.ref(loop)
+        # what a woken C task reads its result from (see _Park._fire)
+        self._done = loop.create_future()
+        self._done.set_result(None)
 
     cdef int _add(self, _Park r) except -1:
         self._pending.append(r)
@@ -75,7 +87,7 @@ cdef class _Dispatcher:
         for i in range(n):
             r = <_Park>batch[i]
             try:
-                r._fire()
+                r._fire(self._done)
             except (SystemExit, KeyboardInterrupt):
                 # the loop stops; the readers not yet woken are woken when it runs again
                 rest = batch[i + 1:]
@@ -287,19 +299,35 @@ cdef class _Park:
     ``add_done_callback``, ``result``, ``cancel``...), completed by the producer's wake-up,
     which the stream's dispatcher then runs in the task's context."""
 
-    cdef int _fire(self) except -1:
+    cdef int _fire(self, done) except -1:
+        """Run the waiting task's wake-up in its context.  A C task's wake-up is handed
+        ``done``, a finished asyncio future with the same outcome as this park (result None):
+        the callback takes the future it reads the outcome from, and for an exact asyncio
+        future the C task reads it directly, where for any other object it looks up and calls
+        a ``result`` method by name (a string built, hashed and looked up on every wake-up)."""
         cb, ctx, more = self._cb, self._ctx, self._more
         self._cb = self._ctx = self._more = None
         if cb is None:
             return 0
         PyContext_Enter(ctx)
         try:
-            cb(self)
+            if self._cb_task:
+                cb(done)
+            else:
+                cb(self)
         finally:
             PyContext_Exit(ctx)
         if more:
             self._schedule(more)
         return 0
+
+    cdef void _set_cb(self, fn, ctx):
+        self._cb = fn
+        self._ctx = ctx
+        cdef PyObject *owner = NULL
+        if type(fn) is _BuiltinMethod:
+            owner = PyCFunction_GET_SELF(fn)
+        self._cb_task = owner != NULL and type(<object>owner) is _CTask
 
     cdef void _drop(self):
         # the read that parked here is over (resumed, cancelled, or closed)
@@ -328,8 +356,7 @@ cdef class _Park:
         if self._state == WOKEN or self._state == CANCELLED:
             self.get_loop().call_soon(fn, self, context=context)
         elif self._cb is None:
-            self._cb = fn
-            self._ctx = context
+            self._set_cb(fn, context)
         else:
             if self._more is None:
                 self._more = []
@@ -345,7 +372,8 @@ cdef class _Park:
             n += len(self._more) - len(keep)
             self._more = keep
         if self._cb is None and self._more:
-            self._cb, self._ctx = self._more.pop(0)
+            fn2, ctx2 = self._more.pop(0)
+            self._set_cb(fn2, ctx2)
         return n
 
     def done(self):
