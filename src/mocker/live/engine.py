@@ -6,9 +6,10 @@ in C (``LiveCore.step``), sleeps until the modeled end on the wall clock, then p
 boundary as one ordered transaction: admissions → KV events + forward-pass metrics → output
 signals → cleanup of streams whose consumers fell behind → metrics snapshot.
 
-Waking thousands of consumer tasks takes milliseconds, so by default the hand-out starts early
-by the measured midpoint of the fan-out (``handout_lead="auto"``): consumers see their tokens
-centred on the modeled time instead of all after it.  ``handout_lead=0`` never hands out early.
+Waking thousands of consumer tasks takes milliseconds (one loop callback wakes a pass's readers,
+each a task step of a few microseconds), so by default the hand-out starts early by the measured
+midpoint of the fan-out (``handout_lead="auto"``): consumers see their tokens centred on the
+modeled time instead of all after it.  ``handout_lead=0`` never hands out early.
 
 Modeled time is milliseconds since engine start.  A pass starts where the previous one ended
 (or at the arrival that woke an idle engine), never at the wall time the loop happened to get
