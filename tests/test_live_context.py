@@ -397,3 +397,21 @@ def test_forward_pass_metrics_reach_the_sink_as_msgpack_maps():
         assert msgs[0]["scheduled_requests"]["sum_prefill_tokens"] == 20
         assert sum(m["scheduled_requests"]["num_decode_requests"] for m in msgs) == 2
     run(main())
+
+
+def test_handout_lead_reaches_the_engine_and_is_checked_up_front():
+    from mocker.live.engine import LiveEngineError
+
+    async def main():
+        ctx = await started(cfg(), handout_lead=0)
+        strict = ctx.engine._handout_lead(2000, 100.0)          # never early, however many tokens
+        await ctx.cleanup()
+        ctx = await started(cfg(), handout_lead=0.002)
+        fixed = ctx.engine._handout_lead(2000, 100.0)
+        capped = ctx.engine._handout_lead(2000, 2.0)            # at most half the pass
+        await ctx.cleanup()
+        return strict, fixed, capped
+
+    assert run(main()) == (0.0, 0.002, 0.001)
+    with pytest.raises(LiveEngineError, match="handout_lead"):
+        MockerContext(cfg(), handout_lead="soon")

@@ -25,7 +25,7 @@ from typing import Any, AsyncIterator, Mapping
 
 from mocker.config import ConfigError, normalize_config
 from mocker.live.engine import (DirectRequest, FullResponse, LiveEngine, LiveEngineError,
-                                StreamInterrupted)
+                                StreamInterrupted, check_handout_lead)
 from mocker.live.outputs import CompletionUsage, LLMEngineOutput
 from mocker.live.replay_table import ResponseReplayTable, replay_key, resolve_planned_tokens
 from mocker.live.shaping import (ReasoningConfig, TokenShaper, health_check_payload,
@@ -114,9 +114,14 @@ class MockerContext:
     ``await cleanup()``."""
 
     def __init__(self, config: Any = None, *, model_name: str = "mocker-model", seed: int | None = None,
-                 prometheus: bool = True, registry=None, fpm_sink=None, worker_id: str | None = None):
+                 prometheus: bool = True, registry=None, fpm_sink=None, worker_id: str | None = None,
+                 handout_lead: float | str = "auto"):
         """``fpm_sink(topic, payload)``: receives every forward-pass-metrics message (the msgpack
-        map of spec live §5.2 on topic ``forward-pass-metrics``, with idle heartbeats)."""
+        map of spec live §5.2 on topic ``forward-pass-metrics``, with idle heartbeats).
+        ``handout_lead``: as ``LiveEngine`` ("auto" centres each pass's hand-out on its modeled
+        end; 0 never hands a token out early)."""
+        check_handout_lead(handout_lead)
+        self._handout_lead = handout_lead
         try:
             self.config = normalize_config(config)
             eng, dyn = self.config["engine"], self.config["dynamo"]
@@ -173,7 +178,8 @@ class MockerContext:
                     log.exception("creating the forward-pass metrics publisher failed")
                     self._fpm = None
             self.engine = await LiveEngine.start(self.config, buffering=FullResponse(),
-                                                 kv_event_sinks=self._sinks or None, fpm_sink=fpm_hook)
+                                                 kv_event_sinks=self._sinks or None, fpm_sink=fpm_hook,
+                                                 handout_lead=self._handout_lead)
             if self.prometheus is not None:
                 for rank in range(self.dp_size):
                     self._spawn(self._watch_metrics(rank))

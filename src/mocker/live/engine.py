@@ -90,6 +90,15 @@ class FullResponse:
     """The whole declared response can be buffered unread."""
 
 
+def check_handout_lead(value: float | str) -> float | None:
+    """``handout_lead``: "auto" (None: measured) or a finite number of seconds >= 0."""
+    if value == "auto":
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= float(value) < float("inf"):
+        return float(value)
+    raise LiveEngineError(f"handout_lead must be \"auto\" or a finite number of seconds >= 0, got {value!r}")
+
+
 # -- request streams ---------------------------------------------------------------------------
 class LiveRequest(SignalStream):
     """The stream of one request: ``await recv()`` (None at the end) or ``async for``.
@@ -193,14 +202,7 @@ class LiveEngine:
         self._fpm_sink = fpm_sink
         self._admission_observer = admission_observer
         self._seed = seed
-        if handout_lead == "auto":
-            self._lead_fixed = None
-        elif isinstance(handout_lead, (int, float)) and not isinstance(handout_lead, bool) \
-                and 0.0 <= float(handout_lead) < float("inf"):
-            self._lead_fixed = float(handout_lead)
-        else:
-            raise LiveEngineError(f"handout_lead must be \"auto\" or a finite number of seconds >= 0, "
-                                  f"got {handout_lead!r}")
+        self._lead_fixed = check_handout_lead(handout_lead)
         self._fanout: deque[float] = deque(maxlen=_FANOUT_SAMPLES)   # see _handout_lead
         self._routes: dict[Any, _Route] = {}
         self._by_row: dict[int, _Route] = {}
