@@ -244,3 +244,102 @@ def test_streams_on_uvloop():
         return got, (await s.__anext__()).v
 
     assert uvloop.run(main()) == ("u", "v")
+
+
+def test_event_loops_are_not_kept_alive_by_their_streams_dispatcher():
+    import gc
+    import weakref
+
+    import mocker._core.stream as stream_mod
+
+    loops = []
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        loops.append(weakref.ref(loop))
+        s = Stream(loop, 4)
+        task = asyncio.ensure_future(s.__anext__())
+        await asyncio.sleep(0)
+        handout([s], [Sig(1)], 0.0)
+        return (await task).v
+
+    for _ in range(5):
+        assert asyncio.run(main()) == 1
+    gc.collect()
+    assert [r() for r in loops] == [None] * 5
+    assert len(stream_mod._dispatchers) == 0
+
+
+def test_a_second_concurrent_read_is_refused_not_left_hanging():
+    async def main():
+        s = Stream(asyncio.get_running_loop(), 4)
+        first = asyncio.ensure_future(s.__anext__())
+        await asyncio.sleep(0)
+        with pytest.raises(RuntimeError, match="already waiting"):
+            await s.__anext__()
+        s._offer(Sig("one"))
+        got = (await first).v
+        s._close()
+        with pytest.raises(StopAsyncIteration):
+            await s.__anext__()
+        return got
+
+    assert run(main()) == "one"
+
+
+def test_every_done_callback_runs_even_if_an_earlier_one_fails():
+    async def main():
+        loop = asyncio.get_running_loop()
+        errors, woken = [], []
+        loop.set_exception_handler(lambda _loop, ctx: errors.append(ctx["exception"]))
+        s = Stream(loop, 4)
+        park = s.__anext__().__await__().send(None)
+
+        def bad(fut):
+            raise ValueError("boom")
+
+        park.add_done_callback(bad)
+        park.add_done_callback(woken.append)
+        s._offer(Sig(1))
+        for _ in range(3):
+            await asyncio.sleep(0)
+        return [type(e) for e in errors], woken == [park]
+
+    assert run(main()) == ([ValueError], True)
+
+
+def test_wake_ups_not_run_when_the_loop_stops_run_when_it_restarts():
+    loop = asyncio.new_event_loop()
+    try:
+        a, b, c = Stream(loop, 4), Stream(loop, 4), Stream(loop, 4)
+        got = []
+
+        async def reader(s, stop):
+            sig = await s.__anext__()
+            if stop:
+                raise KeyboardInterrupt
+            got.append(sig.v)
+
+        tasks = [loop.create_task(reader(s, s is b)) for s in (a, b, c)]
+        loop.run_until_complete(asyncio.sleep(0))
+        handout([a, b, c], [Sig("a"), Sig("b"), Sig("c")], 0.0)
+        with pytest.raises(KeyboardInterrupt):
+            loop.run_until_complete(asyncio.sleep(0.01))
+        assert got == ["a"]
+        loop.run_until_complete(asyncio.sleep(0.01))
+        assert got == ["a", "c"] and tasks[2].done()
+        assert isinstance(tasks[1].exception(), KeyboardInterrupt)     # retrieved: no log at exit
+    finally:
+        loop.close()
+
+
+def test_misuse_is_an_error_not_a_crash():
+    async def main():
+        bare = SignalStream()                          # never initialised
+        with pytest.raises(RuntimeError, match="not initialised"):
+            await bare.__anext__()
+        s = Stream(asyncio.get_running_loop(), 4)
+        with pytest.raises(TypeError):
+            handout([s, object()], [Sig(1), Sig(2)], 0.0)
+
+    run(main())

@@ -5,8 +5,9 @@ cdef class _Park
 cdef class _Dispatcher:
     cdef list _pending            # readers woken since the last run, in hand-out order
     cdef bint _scheduled          # a run is scheduled on the loop
-    cdef object _loop_ref         # weak reference to the event loop
+    cdef object _loop             # the event loop
     cdef object _done             # a finished asyncio future (result None) on that loop
+    cdef object __weakref__
     cdef int _add(self, _Park r) except -1
 
 cdef class SignalStream:

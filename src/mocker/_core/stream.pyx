@@ -37,7 +37,16 @@ cdef extern from "Python.h":
     int PyContext_Exit(object ctx) except -1
     PyObject *PyCFunction_GET_SELF(object func)    # borrowed, may be NULL
 
-# a C task's wake-up callback is a built-in method bound to the task
+cdef extern from *:
+    """
+    /* asyncio's C Task registers a built-in method named "task_wakeup" (3.11-3.13) */
+    static inline int mocker_named_task_wakeup(PyObject *fn) {
+        const char *name = ((PyCFunctionObject *)fn)->m_ml->ml_name;
+        return name != NULL && strcmp(name, "task_wakeup") == 0;
+    }
+    """
+    bint mocker_named_task_wakeup(object fn)
+
 cdef object _BuiltinMethod = type(len)
 cdef object _CTask = _asyncio_c.Task if _asyncio_c is not None else None
 
@@ -63,7 +72,7 @@ cdef class _Dispatcher:
     def __cinit__(self, loop):
         self._pending = []
         self._scheduled = False
-        self._loop_ref = weakref.ref(loop)
+        self._loop = loop
         # what a woken C task reads its result from (see _Park._fire)
         self._done = loop.create_future()
         self._done.set_result(None)
@@ -71,47 +80,48 @@ cdef class _Dispatcher:
     cdef int _add(self, _Park r) except -1:
         self._pending.append(r)
         if not self._scheduled:
-            loop = self._loop_ref()
-            if loop is None:
-                raise RuntimeError("the stream's event loop is gone")
-            loop.call_soon(self)
+            self._loop.call_soon(self)
             self._scheduled = True
         return 0
 
     def __call__(self):
         cdef list batch = self._pending
-        cdef Py_ssize_t i, n = len(batch)
+        cdef Py_ssize_t i = 0, n = len(batch)
         cdef _Park r
         self._pending = []
         self._scheduled = False
-        for i in range(n):
-            r = <_Park>batch[i]
-            try:
-                r._fire(self._done)
-            except (SystemExit, KeyboardInterrupt):
-                # the loop stops; the readers not yet woken are woken when it runs again
-                rest = batch[i + 1:]
-                if rest:
-                    rest.extend(self._pending)
-                    self._pending = []
-                    for r in rest:
-                        self._add(r)
-                raise
-            except BaseException as exc:      # as the loop does for a failing callback
-                loop = self._loop_ref()
-                if loop is not None:
-                    loop.call_exception_handler({
+        try:
+            while i < n:
+                r = <_Park>batch[i]
+                i += 1
+                try:
+                    r._fire(self._done)
+                except (SystemExit, KeyboardInterrupt):
+                    raise
+                except BaseException as exc:      # as the loop does for a failing callback
+                    self._loop.call_exception_handler({
                         "message": "Exception in a stream reader's wake-up", "exception": exc})
+        finally:
+            if i < n:
+                # the loop is stopping (SystemExit / KeyboardInterrupt from a wake-up or from the
+                # exception handler): the wake-ups not yet run run when it runs again
+                try:
+                    for r in batch[i:]:
+                        self._add(r)
+                except RuntimeError:              # the loop is closed: nothing will run
+                    pass
 
 
-_dispatchers = weakref.WeakKeyDictionary()
+# one dispatcher per live event loop; it holds its loop, the streams hold it, so it (and the
+# loop) lives as long as a stream of that loop does
+_dispatchers = weakref.WeakValueDictionary()      # id(loop) -> _Dispatcher
 
 
 cdef _Dispatcher _dispatcher_for(loop):
-    d = _dispatchers.get(loop)
-    if d is None:
+    d = _dispatchers.get(id(loop))
+    if d is None or (<_Dispatcher>d)._loop is not loop:
         d = _Dispatcher(loop)
-        _dispatchers[loop] = d
+        _dispatchers[id(loop)] = d
     return <_Dispatcher>d
 
 
@@ -157,7 +167,7 @@ cdef class SignalStream:
             if r._state == PARKED:
                 r._state = WOKEN
                 if r._cb is not None:
-                    self._disp._add(r)
+                    self._disp._add(r)     # a parked reader implies _init_stream was called
         return 0
 
     def _offer(self, sig) -> bool:
@@ -309,23 +319,25 @@ cdef class _Park:
         self._cb = self._ctx = self._more = None
         if cb is None:
             return 0
-        PyContext_Enter(ctx)
         try:
-            if self._cb_task:
-                cb(done)
-            else:
-                cb(self)
+            PyContext_Enter(ctx)
+            try:
+                if self._cb_task:
+                    cb(done)
+                else:
+                    cb(self)
+            finally:
+                PyContext_Exit(ctx)
         finally:
-            PyContext_Exit(ctx)
-        if more:
-            self._schedule(more)
+            if more:                      # further callbacks run even if the first one failed
+                self._schedule(more)
         return 0
 
     cdef void _set_cb(self, fn, ctx):
         self._cb = fn
         self._ctx = ctx
         cdef PyObject *owner = NULL
-        if type(fn) is _BuiltinMethod:
+        if type(fn) is _BuiltinMethod and mocker_named_task_wakeup(fn):
             owner = PyCFunction_GET_SELF(fn)
         self._cb_task = owner != NULL and type(<object>owner) is _CTask
 
@@ -345,10 +357,9 @@ cdef class _Park:
         return f"<stream read {state}>"
 
     def get_loop(self):
-        loop = self.stream._disp._loop_ref()
-        if loop is None:
-            raise RuntimeError("the stream's event loop is gone")
-        return loop
+        if self.stream is None:
+            raise RuntimeError("a stream read's park is made by the stream, not by hand")
+        return self.stream._disp._loop
 
     def add_done_callback(self, fn, *, context=None):
         if context is None:
@@ -417,6 +428,8 @@ cdef object _advance(object obj, int* done):
     cdef _NextSignal self = <_NextSignal>obj
     cdef SignalStream s = self.stream
     cdef _Park p
+    if s is None:
+        raise RuntimeError("a stream read is made by SignalStream.__anext__, not by hand")
     if self.park is not None:
         self._unpark()
     if s._interrupted:
@@ -427,6 +440,12 @@ cdef object _advance(object obj, int* done):
         return s._pop()
     if s._closed:
         raise StopAsyncIteration
+    if s._waiter is not None:
+        # one reader at a time: a second would take the wake-up from the first (e.g. a read
+        # left pending under asyncio.shield or asyncio.wait while the caller reads again)
+        raise RuntimeError("another read of this stream is already waiting")
+    if s._disp is None:
+        raise RuntimeError("stream not initialised (_init_stream was not called)")
     p = _Park.__new__(_Park)
     p.stream = s
     p._state = PARKED
@@ -452,7 +471,7 @@ def handout(list streams, list sigs, double wall):
     if len(sigs) != n:
         raise ValueError("handout: streams and signals differ in length")
     for i in range(n):
-        s = <SignalStream>streams[i]
+        s = <SignalStream?>streams[i]
         if s._closed:
             continue
         sig = sigs[i]
