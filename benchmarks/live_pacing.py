@@ -78,7 +78,8 @@ async def run(args) -> dict:
     await eng.shutdown()
 
     modeled = np.array(modeled_l)
-    late = (np.array(got_l) - origin) * 1000.0 - modeled
+    got_ms = (np.array(got_l) - origin) * 1000.0
+    late = got_ms - modeled
     deliv = (np.array(handed_l) - origin) * 1000.0 - modeled
     # the steady state: after the ramp-up, while every client keeps a request open (once they
     # stop submitting, the drain has fewer streams, each reader's last token ends its task)
@@ -88,7 +89,7 @@ async def run(args) -> dict:
     # a stall: within one pass's fan-out, two consecutive readers more than 2 ms apart (no
     # reader here works that long; the process was not running, e.g. the VM's CPU was stolen)
     order = np.argsort(modeled, kind="stable")
-    m_sorted, got_sorted = modeled[order], (late + modeled)[order]
+    m_sorted, got_sorted = modeled[order], got_ms[order]
     stalled_passes = 0
     for seg in np.split(got_sorted, np.flatnonzero(np.diff(m_sorted)) + 1):
         if len(seg) > 1 and np.diff(np.sort(seg)).max() > 2.0:
@@ -129,13 +130,12 @@ async def run(args) -> dict:
 def _median_slope(modeled: np.ndarray, late: np.ndarray) -> float | None:
     """Drift: the least-squares slope (ms per minute) of each second's median lateness, so that
     a few slow passes (the tail, reported apart) do not tilt it."""
-    sec = np.floor(modeled / 1000.0)
-    xs, ys = [], []
-    for s in np.unique(sec):
-        m = sec == s
-        xs.append(s / 60.0)
-        ys.append(float(np.median(late[m])))
-    return float(np.polyfit(xs, ys, 1)[0]) if len(xs) > 2 else None
+    secs, which = np.unique(np.floor(modeled / 1000.0), return_inverse=True)
+    if len(secs) <= 2:
+        return None
+    order = np.argsort(which, kind="stable")
+    per_sec = np.split(late[order], np.flatnonzero(np.diff(which[order])) + 1)
+    return float(np.polyfit(secs / 60.0, [np.median(x) for x in per_sec], 1)[0])
 
 
 def _steal_s() -> float | None:
