@@ -102,7 +102,7 @@ def test_cli_conflicting_arrival_options():
     res = _cli("replay", "--input-tokens", "10", "--output-tokens", "2", "--request-count", "3",
                "--request-rate", "1", "--arrival-interval-ms", "5")
     assert res.returncode == 2
-    assert "exactly one of replay_concurrency, request_rate, or arrival_interval_ms" in res.stderr
+    assert "exactly one of --replay-concurrency, --request-rate, or --arrival-interval-ms" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
 
 

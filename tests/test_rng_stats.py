@@ -377,29 +377,52 @@ def _syn():
     return synthetic
 
 
+def _block_ids(w, i, bs):
+    """Request ``i``'s prompt of a synthetic Workload as one id per engine block."""
+    from mocker.replay.workload import RUN_RANGE
+    ids = []
+    for k in range(int(w.run_off[i]), int(w.run_off[i + 1])):
+        assert w.run_kind[k] == RUN_RANGE and w.run_start[k] == bs
+        ids += [int(w.run_v[k]) + j for j in range(-(-int(w.run_n[k]) // bs))]
+    return ids
+
+
 def test_synthetic_poisson_and_layout():
     syn = _syn()
     w = syn.build_synthetic_workload(1000, 100, 300, 64, request_rate=10.0)
     assert w.arrival_ms[:10].tolist() == GOLDEN_ARRIVALS[(42, 10.0)][0]
     assert w.session_id.tolist() == list(range(300)) and not w.session_mode
     assert (w.input_len == 1000).all() and (w.output_len == 100).all()
-    assert w.hash_offsets.tolist()[:3] == [0, 16, 32] and w.hash_offsets[-1] == 300 * 16
-    assert w.hash_ids.dtype == np.uint64
-    assert w.hash_ids[:16].tolist() == list(range(1, 17))
-    assert len(set(w.hash_ids.tolist())) == 300 * 16
+    wl = syn.synthetic_workload(1000, 100, 300, 64, request_rate=10.0)
+    assert wl.n == 300 and (wl.input_length == 1000).all()
+    assert wl.head_arrival_ms[:10].tolist() == GOLDEN_ARRIVALS[(42, 10.0)][0]
+    assert (wl.session_index == -1).all() and (wl.turn_index == -1).all()
+    assert _block_ids(wl, 0, 64) == list(range(1, 17))      # 16 blocks, one run
+    assert wl.run_off.tolist()[:3] == [0, 1, 2]
+    every = [b for i in range(300) for b in _block_ids(wl, i, 64)]
+    assert len(every) == 300 * 16 and len(set(every)) == 300 * 16
 
 
 def test_synthetic_constant_interval_goes_through_a_rate():
     syn = _syn()
     # reference arrivals: 1000/(1000/d) accumulated sequentially
-    w = syn.build_synthetic_workload(4, 1, 3, 4, arrival_interval_ms=123456789012.5)
-    assert w.arrival_ms.tolist() == [0.0, 123456789012.50002, 246913578025.00003]
+    w = syn.build_synthetic_workload(4, 1, 3, 4, arrival_interval_ms=12345678.5)
+    assert w.arrival_ms.tolist() == [0.0, 12345678.5, 24691357.0]
     w = syn.build_synthetic_workload(4, 1, 4, 4, arrival_interval_ms=0.1)
     assert w.arrival_ms.tolist() == [0.0, 0.1, 0.2, 0.30000000000000004]
     assert syn.build_synthetic_workload(4, 1, 3, 4, arrival_interval_ms=0.0).arrival_ms.tolist() \
         == [0.0, 0.0, 0.0]
     c = syn.build_synthetic_workload(4, 1, 3, 4, replay_concurrency=2)
     assert np.isnan(c.arrival_ms).all() and c.replay_concurrency == 2
+
+
+def test_synthetic_arrivals_beyond_the_horizon_are_refused():
+    from mocker.errors import ReplayError
+    syn = _syn()
+    with pytest.raises(ReplayError, match="arrival_interval_ms 123456789012.5 puts the last of 3 arrivals"):
+        syn.build_synthetic_workload(4, 1, 3, 4, arrival_interval_ms=123456789012.5)
+    with pytest.raises(ReplayError, match="request_rate 1e-300 .*beyond the simulation horizon"):
+        syn.build_synthetic_workload(4, 1, 3, 4, request_rate=1e-300)
 
 
 @pytest.mark.parametrize("isl,bs,ratio,expected_shared", [
@@ -415,9 +438,14 @@ def test_synthetic_shared_prefix_rounding(isl, bs, ratio, expected_shared):
     w = syn.build_synthetic_workload(isl, 1, 5, bs, arrival_interval_ms=1000.0,
                                      shared_prefix_ratio=ratio, num_prefix_groups=1)
     assert w.shared_blocks == expected_shared
-    ids = w.request_hash_ids(3)
-    for j in range(expected_shared):
-        assert int(ids[j]) == 0xD00D_0000_0000_0000 | j
+    wl = syn.synthetic_workload(isl, 1, 5, bs, arrival_interval_ms=1000.0,
+                                shared_prefix_ratio=ratio, num_prefix_groups=1)
+    blocks = [_block_ids(wl, i, bs) for i in range(5)]
+    # one group: every session shares exactly its first `expected_shared` blocks
+    for b in blocks[1:]:
+        assert b[:expected_shared] == blocks[0][:expected_shared]
+    rest = [x for b in blocks for x in b[expected_shared:]]
+    assert len(rest) == len(set(rest)) and not set(rest) & set(blocks[0][:expected_shared])
 
 
 def test_synthetic_groups_sessions_and_turns():
@@ -429,14 +457,21 @@ def test_synthetic_groups_sessions_and_turns():
     assert w.turn_index[:6].tolist() == [0, 1, 2, 0, 1, 2]
     assert w.arrival_ms[0] == 0.0 and np.isnan(w.arrival_ms[1]) and w.arrival_ms[3] == 1000.0
     assert w.prefix_group.tolist() == rng.prefix_groups(100, 30).tolist()
-    g0 = int(w.prefix_group[0])
-    for t in range(3):                         # every turn carries its session's prefix
-        ids = w.request_hash_ids(t)
-        assert [int(x) for x in ids[:5]] == [0xD00D_0000_0000_0000 | (g0 << 32) | j
-                                             for j in range(5)]
-    # unique ids: 1.. in request order, fresh per turn
-    assert w.request_hash_ids(0)[5:].tolist() == [1, 2, 3, 4, 5]
-    assert w.request_hash_ids(1)[5:].tolist() == [6, 7, 8, 9, 10]
+    wl = syn.synthetic_workload(40, 1, 100, 4, arrival_interval_ms=1000.0,
+                                shared_prefix_ratio=0.5, num_prefix_groups=30,
+                                turns_per_session=3, inter_turn_delay_ms=5.0)
+    assert wl.session_id(0) == "session_0" and wl.session_id(4) == "session_1"
+    assert wl.turn_index[:6].tolist() == [0, 1, 2, 0, 1, 2]
+    assert wl.next_turn[:4].tolist() == [1, 2, -1, 4] and wl.delay_ms[1] == 5.0
+    blocks = [_block_ids(wl, i, 4) for i in range(300)]
+    groups = w.prefix_group
+    for i in range(300):
+        for j in range(300):
+            same_group = groups[i // 3] == groups[j // 3]
+            assert (blocks[i][:5] == blocks[j][:5]) == bool(same_group)
+    # the unique part: fresh for every turn of every session
+    rest = [x for b in blocks for x in b[5:]]
+    assert len(rest) == len(set(rest)) == 300 * 5
     # independent of arrival seed / mode
     w7 = syn.build_synthetic_workload(40, 1, 100, 4, request_rate=3.0, arrival_seed=7,
                                       shared_prefix_ratio=0.5, num_prefix_groups=30)
@@ -447,7 +482,11 @@ def test_synthetic_no_sharing_without_groups():
     syn = _syn()
     w = syn.build_synthetic_workload(40, 1, 5, 4, arrival_interval_ms=1.0,
                                      shared_prefix_ratio=0.5, num_prefix_groups=0)
-    assert w.shared_blocks == 0 and len(set(w.hash_ids.tolist())) == 50
+    assert w.shared_blocks == 0
+    wl = syn.synthetic_workload(40, 1, 5, 4, arrival_interval_ms=1.0,
+                                shared_prefix_ratio=0.5, num_prefix_groups=0)
+    every = [x for i in range(5) for x in _block_ids(wl, i, 4)]
+    assert len(set(every)) == 50
 
 
 ONE = "synthetic replay requires exactly one of replay_concurrency, request_rate, or " \
@@ -474,7 +513,9 @@ ONE = "synthetic replay requires exactly one of replay_concurrency, request_rate
     ((0, 2, 4), dict(request_rate=1.0), ValueError, "input_tokens must be at least 1"),
     ((8, 0, 4), dict(request_rate=1.0), ValueError, "output_tokens must be at least 1"),
     ((8, 2, 0), dict(request_rate=1.0), ValueError, "request_count must be at least 1"),
-    ((-1, 2, 4), dict(request_rate=1.0), OverflowError, "can't convert negative int to unsigned"),
+    ((-1, 2, 4), dict(request_rate=1.0), ValueError, "input_tokens must be a non-negative integer, got -1"),
+    ((10 ** 20, 2, 4), dict(request_rate=1.0), ValueError, "input_tokens 100000000000000000000 is too large"),
+    ((8, 2, 2 ** 31), dict(request_rate=1.0), ValueError, "request_count 2147483648 is too large"),
     ((8, 2, 4), dict(arrival_interval_ms=1.0, turns_per_session=0, inter_turn_delay_ms=2.0),
      ValueError, "turns_per_session must be at least 1"),
     ((8, 2, 4), dict(arrival_interval_ms=1.0, turns_per_session=2, inter_turn_delay_ms=-1.0),
@@ -495,7 +536,7 @@ def test_synthetic_validation_messages(args, kw, exc, msg):
     syn = _syn()
     with pytest.raises(exc) as ei:
         syn.build_synthetic_workload(*args, 4, **kw)
-    assert str(ei.value) == msg
+    assert str(ei.value).startswith(msg)
 
 
 def test_synthetic_simple_path_accepts_unused_options():

@@ -8,18 +8,23 @@ the flat form (engine fields at the top level, e.g. ``{"block_size": 64}``) is a
 from __future__ import annotations
 
 import copy
+import difflib
 import json
 import math
 import os
 from typing import Any
 
-__all__ = ["ConfigError", "normalize_config", "load_config", "DEFAULT_BLOCK_SIZE"]
+from mocker.errors import ConfigError
+
+__all__ = ["ConfigError", "normalize_config", "load_config", "normalize_router_config",
+           "DEFAULT_BLOCK_SIZE", "MAX_BLOCKS_PER_RANK", "MAX_STARTUP_TIME_S"]
 
 PREFIX = "invalid engine launch config: "
-
-
-class ConfigError(ValueError):
-    """An engine configuration that the simulator cannot run."""
+_USIZE_MAX = 2 ** 64 - 1
+# KV block slots of a rank are 32-bit in the compiled core (-1 is "none")
+MAX_BLOCKS_PER_RANK = 2 ** 31 - 2
+# a modeled start-up delay longer than a day is a mistake, not a model
+MAX_STARTUP_TIME_S = 86400.0
 
 
 DEFAULT_BLOCK_SIZE = {"vllm": 64, "sglang": 1, "trtllm": 32}
@@ -119,11 +124,19 @@ def _uint(path: str, v: Any, optional: bool = False) -> int | None:
     if v is None and optional:
         return None
     if isinstance(v, bool) or not isinstance(v, int):
-        if isinstance(v, float) and v.is_integer() and v >= 0:
-            return int(v)
         raise _bad_type(path, v, "usize" if not optional else "usize or null")
-    if v < 0:
+    if not 0 <= v <= _USIZE_MAX:
         raise ConfigError(f"{PREFIX}{path}: invalid value: integer `{v}`, expected usize")
+    return v
+
+
+def _u16(path: str, v: Any, optional: bool = True) -> int | None:
+    if v is None and optional:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise _bad_type(path, v, "u16")
+    if not 0 <= v < 2 ** 16:
+        raise ConfigError(f"{PREFIX}{path}: invalid value: integer `{v}`, expected u16")
     return v
 
 
@@ -140,7 +153,10 @@ def _float(path: str, v: Any, optional: bool = False) -> float | None:
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise _bad_type(path, v, "f64")
-    return float(v)
+    try:
+        return float(v)
+    except OverflowError:
+        raise ConfigError(f"{PREFIX}{path}: invalid value: integer `{v}`, expected f64") from None
 
 
 def _bool(path: str, v: Any) -> bool:
@@ -157,10 +173,16 @@ def _enum(path: str, v: Any, variants: tuple[str, ...]) -> str:
     return v
 
 
+def _did_you_mean(name: str, known) -> str:
+    close = difflib.get_close_matches(str(name), list(known), n=1)
+    return f" (did you mean `{close[0]}`?)" if close else ""
+
+
 def _check_known(path_prefix: str, d: dict, known) -> None:
     for k in d:
         if k not in known:
-            raise ConfigError(f"{PREFIX}{path_prefix}{k}: unknown field `{k}`, {_expected(known)}")
+            raise ConfigError(f"{PREFIX}{path_prefix}{k}: unknown field `{k}`, {_expected(known)}"
+                              f"{_did_you_mean(k, known)}")
 
 
 def _timing_model(v: Any) -> dict:
@@ -249,6 +271,11 @@ def _normalize_engine(e: dict) -> dict:
         raise ConfigError("block_size must be positive")
     if out["num_gpu_blocks"] == 0:
         raise ConfigError("num_gpu_blocks must be positive")
+    if out["num_gpu_blocks"] > MAX_BLOCKS_PER_RANK:
+        raise ConfigError(f"{PREFIX}engine.num_gpu_blocks: {out['num_gpu_blocks']} blocks per rank is more "
+                          f"than mocker's limit of {MAX_BLOCKS_PER_RANK} (block slots are 32-bit)")
+    if out["max_model_len"] == 0:
+        raise ConfigError("max_model_len must be positive")
     if out["block_size"] < 2 and out["backend"] != "sglang":
         # vLLM/TRT-LLM blocks hold at least two tokens (SGLang pages may hold one)
         raise ConfigError("vLLM/TRT-LLM block_size must be at least two")
@@ -299,8 +326,11 @@ def normalize_config(config: Any = None) -> dict:
             config = json.loads(config)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{PREFIX}not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+        except (ValueError, RecursionError) as exc:
+            raise ConfigError(f"{PREFIX}not valid JSON: {exc}") from None
     if not isinstance(config, dict):
-        raise ConfigError(f"{PREFIX}invalid type: {_type_name(config)}, expected struct MockEngineArgs")
+        raise ConfigError(f"{PREFIX}invalid type: {_type_name(config)}, expected struct MockEngineArgs "
+                          "(engine args must be a JSON object)")
     config = copy.deepcopy(config)
     engine = config.pop("engine", None)
     flat = {k: config.pop(k) for k in list(config) if k in ENGINE_FIELD_ORDER and k not in TOP_DEFAULTS}
@@ -325,6 +355,12 @@ def normalize_config(config: Any = None) -> dict:
     if out["tensor_parallel_size"] == 0:
         raise ConfigError("tensor_parallel_size must be positive")
     out["startup_time"] = _float("startup_time", config.get("startup_time"), optional=True)
+    st = out["startup_time"]
+    if st is not None and (not math.isfinite(st) or st < 0):
+        raise ConfigError("startup_time must be finite and non-negative")
+    if st is not None and st > MAX_STARTUP_TIME_S:
+        raise ConfigError(f"{PREFIX}startup_time: {st:g} s is more than a day ({MAX_STARTUP_TIME_S:g} s); "
+                          "it is the modeled start-up delay in seconds")
     out["num_gpu_blocks_is_explicit"] = (_bool("num_gpu_blocks_is_explicit",
                                                config.get("num_gpu_blocks_is_explicit", False))
                                          or "num_gpu_blocks" in engine)
@@ -332,17 +368,59 @@ def normalize_config(config: Any = None) -> dict:
         out[f] = _float(f, config.get(f), optional=True)
     out["cuda_graph_reserved_bytes"] = _uint("cuda_graph_reserved_bytes",
                                              config.get("cuda_graph_reserved_bytes"), optional=True)
-    dyn = config.get("dynamo") or {}
+    out["dynamo"] = _normalize_dynamo(config.get("dynamo"))
+    return out
+
+
+def _normalize_dynamo(dyn: Any) -> dict:
+    """The ``dynamo`` section (ports, handoff timeout, reasoning, replay trace): typed and ranged."""
+    if dyn is None:
+        dyn = {}
     if not isinstance(dyn, dict):
         raise _bad_type("dynamo", dyn, "struct DynamoArgs")
     _check_known("dynamo.", dyn, tuple(DYNAMO_DEFAULTS))
-    out["dynamo"] = {**DYNAMO_DEFAULTS, **dyn}
+    out = {**DYNAMO_DEFAULTS, **dyn}
+    for f in ("bootstrap_port", "zmq_kv_events_port", "zmq_replay_port"):
+        out[f] = _u16(f"dynamo.{f}", out[f])
+    out["enable_local_indexer"] = _bool("dynamo.enable_local_indexer", out["enable_local_indexer"])
+    t = out["handoff_session_timeout_ms"]
+    if isinstance(t, bool) or not isinstance(t, int):
+        raise _bad_type("dynamo.handoff_session_timeout_ms", t, "u64")
+    if not 0 <= t < 2 ** 64:
+        raise ConfigError(f"{PREFIX}dynamo.handoff_session_timeout_ms: invalid value: integer `{t}`, expected u64")
+    if t == 0:
+        raise ConfigError("handoff_session_timeout_ms must be positive")
+    r = out["reasoning"]
+    if r is not None and not isinstance(r, dict):
+        raise _bad_type("dynamo.reasoning", r, "struct ReasoningConfig")
+    p = out["response_replay_trace_path"]
+    if p is not None and not isinstance(p, str):
+        raise _bad_type("dynamo.response_replay_trace_path", p, "path string")
+    if out["router_queue_policy"] is not None:
+        _enum("dynamo.router_queue_policy", out["router_queue_policy"], ("fcfs", "lcfs", "wspt"))
     return out
 
 
 def _is_file_arg(value: Any) -> bool:
-    """A path to a JSON file rather than inline JSON (CLI convenience)."""
-    return isinstance(value, os.PathLike) or (isinstance(value, str) and not value.lstrip().startswith("{"))
+    """A path to a JSON file rather than inline JSON (CLI convenience).
+
+    A string is inline JSON when it starts with ``{`` or, not naming an existing file, parses
+    as JSON (``[1, 2]``, ``null``, ``3``), so that such input is refused for what it is.
+    """
+    if isinstance(value, os.PathLike):
+        return True
+    if not isinstance(value, str):
+        return False
+    text = value.strip()
+    if text.startswith("{"):
+        return False
+    if os.path.exists(value):
+        return True
+    try:
+        json.loads(text)
+    except ValueError:
+        return True
+    return False
 
 
 def _read_file_arg(value: Any, what: str) -> str:
@@ -350,8 +428,10 @@ def _read_file_arg(value: Any, what: str) -> str:
     try:
         with open(path, encoding="utf-8") as fh:
             return fh.read()
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"cannot read {what} file {path}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
-        raise ConfigError(f"cannot read {what} file {path}: {exc.strerror}") from None
+        raise ConfigError(f"cannot read {what} file {path}: {exc.strerror or exc}") from None
 
 
 def load_config(value: Any) -> dict:
@@ -363,6 +443,10 @@ def load_config(value: Any) -> dict:
             value = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{path}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+        except (ValueError, RecursionError) as exc:
+            raise ConfigError(f"{path}: not valid JSON: {exc}") from None
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path}: engine args must be a JSON object, got {_type_name(value)}")
     return normalize_config(value)
 
 
@@ -418,6 +502,22 @@ _ROUTER_BOOLS = ("use_kv_events", "durable_kv_events", "router_replica_sync", "r
                  "router_track_output_blocks", "router_assume_kv_reuse", "router_track_prefill_tokens",
                  "router_reset_states", "skip_initial_worker_wait", "use_remote_indexer", "serve_indexer",
                  "enable_session_prefix_index", "conditional_disagg_enabled")
+# key -> (serde type, null allowed); floats with a range of their own are in _ROUTER_RANGES
+_ROUTER_TYPES: dict[str, tuple[str, bool]] = {
+    "host_cache_hit_weight": ("f64", False), "disk_cache_hit_weight": ("f64", False),
+    "router_ttl_secs": ("f64", False), "router_predicted_ttl_secs": ("f64", True),
+    "shared_cache_multiplier": ("f64", True),
+    "conditional_disagg_eff_isl_threshold": ("f64", True),
+    "conditional_disagg_eff_isl_ratio_threshold": ("f64", True),
+    "conditional_disagg_prefill_busy_threshold": ("f64", True),
+    "conditional_disagg_decode_busy_threshold": ("f64", True),
+    "router_snapshot_threshold": ("u32", True), "router_event_threads": ("u32", False),
+    "router_tracking_hash": ("str", False), "router_tracking_key_file": ("path", True),
+    "router_tracking_key_id": ("str", True), "router_prefill_load_model": ("str", False),
+    "router_approximate_cache_policy": ("str", False), "router_queue_policy": ("str", False),
+    "router_policy_config": ("str", True), "shared_cache_type": ("str", False),
+    "conditional_disagg_policy": ("str", True),
+}
 _ROUTER_RANGES = {
     "overlap_score_credit": "overlap_score_credit must be a finite, non-negative number",
     "overlap_score_credit_decay": "overlap_score_credit_decay must be finite and non-negative",
@@ -425,6 +525,13 @@ _ROUTER_RANGES = {
     "decode_active_request_weight": "decode_active_request_weight must be finite and non-negative",
     "router_temperature": "router_temperature must be finite and non-negative",
 }
+
+
+def _finite(v: float) -> bool:
+    try:
+        return math.isfinite(v)
+    except OverflowError:          # an integer beyond the float range
+        return False
 
 
 def _router_error(msg: str) -> ConfigError:
@@ -447,29 +554,59 @@ def normalize_router_config(value: Any = None) -> dict:
                 value = json.loads(value)
             except json.JSONDecodeError as exc:
                 raise _router_error(f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+            except (ValueError, RecursionError) as exc:
+                raise _router_error(f"not valid JSON: {exc}") from None
         if not isinstance(value, dict):
             raise _router_error(f"expected a JSON object, got {_type_name(value)}")
         raw = dict(value)
     unknown = [k for k in raw if k not in ROUTER_DEFAULTS]
     if unknown:
-        raise _router_error(f"unknown field `{unknown[0]}`, " + _expected(ROUTER_DEFAULTS))
+        hint = _did_you_mean(unknown[0], ROUTER_DEFAULTS)
+        raise _router_error(f"unknown field `{unknown[0]}`" + (hint or ", " + _expected(ROUTER_DEFAULTS)))
     out = dict(ROUTER_DEFAULTS)
     out.update({k: v for k, v in raw.items()})
     for key in _ROUTER_BOOLS:
         if not isinstance(out[key], bool):
             raise _router_error(f"{key}: invalid type: {_type_name(out[key])}, expected a boolean")
+    for key, (kind, optional) in _ROUTER_TYPES.items():
+        v = out[key]
+        if v is None and optional:
+            continue
+        if kind == "f64":
+            ok = not isinstance(v, bool) and isinstance(v, (int, float))
+        elif kind in ("u32", "u64"):
+            ok = not isinstance(v, bool) and isinstance(v, int)
+        else:
+            ok = isinstance(v, str)
+        if not ok:
+            want = {"str": "a string", "path": "path string"}.get(kind, kind)
+            raise _router_error(f"{key}: invalid type: {_type_name(v)}, expected {want}"
+                                + (" or null" if optional else ""))
+        if kind in ("u32", "u64") and not 0 <= v < 2 ** int(kind[1:]):
+            raise _router_error(f"{key}: invalid value: integer `{v}`, expected {kind}")
+        if kind == "f64" and not _finite(v):
+            raise _router_error(f"{key} must be finite, got {v}")
+    for key in ("host_cache_hit_weight", "disk_cache_hit_weight", "shared_cache_multiplier"):
+        if out[key] is not None and not 0 <= out[key] <= 1:
+            raise _router_error(f"{key} must be between 0 and 1")
+    if out["shared_cache_type"] not in ("none", "hicache"):
+        raise _router_error(f"shared_cache_type: unknown variant `{out['shared_cache_type']}`, "
+                            "expected `none` or `hicache`")
+    if out["conditional_disagg_policy"] not in (None, "isl_bounding", "prefill_load", "isl_or_load"):
+        raise _router_error(f"conditional_disagg_policy: unknown variant `{out['conditional_disagg_policy']}`, "
+                            "expected one of `isl_bounding`, `prefill_load`, `isl_or_load`")
     for key, msg in _ROUTER_RANGES.items():
         v = out[key]
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise _router_error(f"{key}: invalid type: {_type_name(v)}, expected f64")
-        if not math.isfinite(v) or v < 0:
+        if not _finite(v) or v < 0:
             raise _router_error(msg)
         out[key] = float(v)
     osw = out.pop("overlap_score_weight")
     if osw is not None:
         if isinstance(osw, bool) or not isinstance(osw, (int, float)):
             raise _router_error(f"overlap_score_weight: invalid type: {_type_name(osw)}, expected f64")
-        if not math.isfinite(osw) or osw < 0:
+        if not _finite(osw) or osw < 0:
             raise _router_error(_ROUTER_RANGES["prefill_load_scale"])
         out["prefill_load_scale"] = float(osw)        # the alias wins; a zero weight drops the credit too
         if osw == 0:
@@ -503,6 +640,12 @@ def normalize_router_config(value: Any = None) -> dict:
         raise _router_error("overlap_score_credit_decay > 0 is not supported by mocker yet")
     if out["router_track_output_blocks"]:
         raise _router_error("router_track_output_blocks=true is not supported by mocker yet")
+    if out["conditional_disagg_enabled"]:
+        raise _router_error("conditional_disagg_enabled=true (the router choosing whether to disaggregate) "
+                            "is not supported by mocker yet")
+    if out["shared_cache_type"] != "none":
+        raise _router_error(f"shared_cache_type={out['shared_cache_type']!r} (a shared cache tier) is not "
+                            "supported by mocker yet")
     seed = out["router_seed"]
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2 ** 64:
         raise _router_error(f"router_seed: expected an integer in [0, 2^64), got {seed!r}")

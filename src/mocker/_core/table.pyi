@@ -6,3 +6,9 @@ class ReqTable:
     def __init__(self, n: int = ..., block_size: int = ...) -> None: ...
     def set_prompt(self, r: int, token_ids: Iterable[int], max_output_tokens: int) -> None: ...
     def columns(self) -> dict[str, np.ndarray]: ...
+
+STATUS_CODES: dict[str, int]
+STATUS_NAMES: dict[int, str]
+RUN_CONST_KIND: int
+RUN_RANGE_KIND: int
+RID_LIMIT: int

@@ -8,8 +8,11 @@ blocks with equal token sequences always get equal hashes, whatever runs
 described them.  Hashes chain (parent, local) like vLLM's prefix hashes.
 """
 from libc.math cimport NAN
+from libc.stdint cimport INT32_MAX
+from libc.string cimport memcpy
+import numpy as np
 from libcpp.vector cimport vector
-from mocker._core._types cimport int64_t, uint64_t, hash_t, rid_t
+from mocker._core._types cimport int8_t, int32_t, int64_t, uint64_t, hash_t, rid_t
 
 cdef struct BlockAcc:
     hash_t h
@@ -309,34 +312,33 @@ cdef class ReqTable:
 
     def columns(self):
         """Copy the per-request columns out as numpy arrays (once per run)."""
-        import numpy as np
         return {
-            "arrival_time_ms": np.array(self.arrival, dtype=np.float64),
-            "input_length": np.array(self.prompt_len, dtype=np.int64),
-            "requested_output_length": np.array(self.req_out, dtype=np.int64),
-            "status": np.array(self.status, dtype=np.int8),
-            "worker": np.array(self.worker, dtype=np.int32),
-            "first_admit_ms": np.array(self.first_admit, dtype=np.float64),
-            "first_token_ms": np.array(self.first_token, dtype=np.float64),
-            "second_token_ms": np.array(self.second_token, dtype=np.float64),
-            "last_token_ms": np.array(self.last_token, dtype=np.float64),
-            "terminal_time_ms": np.array(self.terminal_time, dtype=np.float64),
-            "output_length": np.array(self.out_tokens, dtype=np.int64),
-            "reused_first": np.array(self.reused_first, dtype=np.int64),
-            "reused_max": np.array(self.reused_max, dtype=np.int64),
-            "reused_dec": np.array(self.reused_dec, dtype=np.int64),
-            "admissions": np.array(self.admissions, dtype=np.int32),
-            "adm_rid": np.array(self.adm_rid, dtype=np.int32),
-            "adm_at": np.array(self.adm_at, dtype=np.float64),
-            "adm_reused": np.array(self.adm_reused, dtype=np.int64),
-            "adm_pool": np.array(self.adm_pool, dtype=np.int8),
-            "prefill_worker": np.array(self.prefill_worker, dtype=np.int32),
-            "prefill_admit_ms": np.array(self.prefill_admit, dtype=np.float64),
-            "source_held_ms": np.array(self.source_held, dtype=np.float64),
-            "destination_reserved_ms": np.array(self.dest_reserved, dtype=np.float64),
-            "destination_activated_ms": np.array(self.dest_activated, dtype=np.float64),
-            "decode_admit_ms": np.array(self.decode_admit, dtype=np.float64),
-            "source_released_ms": np.array(self.source_released, dtype=np.float64),
+            "arrival_time_ms": _f64(self.arrival.data(), self.arrival.size()),
+            "input_length": _i64(self.prompt_len.data(), self.prompt_len.size()),
+            "requested_output_length": _i64(self.req_out.data(), self.req_out.size()),
+            "status": _i8(self.status.data(), self.status.size()),
+            "worker": _i32(self.worker.data(), self.worker.size()),
+            "first_admit_ms": _f64(self.first_admit.data(), self.first_admit.size()),
+            "first_token_ms": _f64(self.first_token.data(), self.first_token.size()),
+            "second_token_ms": _f64(self.second_token.data(), self.second_token.size()),
+            "last_token_ms": _f64(self.last_token.data(), self.last_token.size()),
+            "terminal_time_ms": _f64(self.terminal_time.data(), self.terminal_time.size()),
+            "output_length": _i64(self.out_tokens.data(), self.out_tokens.size()),
+            "reused_first": _i64(self.reused_first.data(), self.reused_first.size()),
+            "reused_max": _i64(self.reused_max.data(), self.reused_max.size()),
+            "reused_dec": _i64(self.reused_dec.data(), self.reused_dec.size()),
+            "admissions": _i32(self.admissions.data(), self.admissions.size()),
+            "adm_rid": _i32(self.adm_rid.data(), self.adm_rid.size()),
+            "adm_at": _f64(self.adm_at.data(), self.adm_at.size()),
+            "adm_reused": _i64(self.adm_reused.data(), self.adm_reused.size()),
+            "adm_pool": _i8(self.adm_pool.data(), self.adm_pool.size()),
+            "prefill_worker": _i32(self.prefill_worker.data(), self.prefill_worker.size()),
+            "prefill_admit_ms": _f64(self.prefill_admit.data(), self.prefill_admit.size()),
+            "source_held_ms": _f64(self.source_held.data(), self.source_held.size()),
+            "destination_reserved_ms": _f64(self.dest_reserved.data(), self.dest_reserved.size()),
+            "destination_activated_ms": _f64(self.dest_activated.data(), self.dest_activated.size()),
+            "decode_admit_ms": _f64(self.decode_admit.data(), self.decode_admit.size()),
+            "source_released_ms": _f64(self.source_released.data(), self.source_released.size()),
         }
 
     def set_prompt(self, rid_t r, token_ids, int64_t max_output_tokens):
@@ -366,3 +368,47 @@ cdef class ReqTable:
                 "generated": self.generated[r], "computed": self.computed[r],
                 "allocated": self.allocated[r], "blocks": <int64_t>self.blocks[r].size(),
                 "max_out": self.max_out[r]}
+
+
+# -- copies of the table's vectors as numpy arrays (no Python object per element) ----------
+cdef object _f64(const double* p, size_t n):
+    out = np.empty(n, dtype=np.float64)
+    cdef double[::1] m = out
+    if n:
+        memcpy(&m[0], p, n * sizeof(double))
+    return out
+
+
+cdef object _i64(const int64_t* p, size_t n):
+    out = np.empty(n, dtype=np.int64)
+    cdef int64_t[::1] m = out
+    if n:
+        memcpy(&m[0], p, n * sizeof(int64_t))
+    return out
+
+
+cdef object _i32(const int32_t* p, size_t n):
+    out = np.empty(n, dtype=np.int32)
+    cdef int32_t[::1] m = out
+    if n:
+        memcpy(&m[0], p, n * sizeof(int32_t))
+    return out
+
+
+cdef object _i8(const int8_t* p, size_t n):
+    out = np.empty(n, dtype=np.int8)
+    cdef int8_t[::1] m = out
+    if n:
+        memcpy(&m[0], p, n * sizeof(int8_t))
+    return out
+
+
+# -- the table's codes for Python code (the single source is the enums in table.pxd) -------
+STATUS_CODES = {"pending": ST_PENDING, "waiting": ST_WAITING, "running": ST_RUNNING,
+                "completed": ST_COMPLETED, "rejected": ST_REJECTED, "unfinished": ST_UNFINISHED,
+                "failed": ST_FAILED, "cancelled": ST_CANCELLED}
+STATUS_NAMES = {code: name for name, code in STATUS_CODES.items()}
+RUN_CONST_KIND = RUN_CONST
+RUN_RANGE_KIND = RUN_RANGE
+# request ids (rid_t) and KV slots (slot_t) are int32; -1 is their "none"
+RID_LIMIT = INT32_MAX

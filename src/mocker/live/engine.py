@@ -235,13 +235,13 @@ class LiveEngine:
     async def _start(self) -> None:
         if self._state != "new":
             raise LiveEngineError("live Mocker engine was already started")
-        from mocker.replay.run import _build_ranks
+        from mocker.replay.topology import build_ranks
         cfg = dict(self.config)
         cfg["engine"] = dict(self.config["engine"], worker_type="aggregated",
                              emit_kv_events=self._events)
         self._table = ReqTable(0, self.block_size)
         try:
-            ranks = _build_ranks(cfg, self._table, 1)
+            ranks = build_ranks(cfg, self._table, 1)
         except ConfigError as e:
             raise LiveEngineError(f"invalid Mocker engine arguments: {e}") from e
         self._core = LiveCore(self._table, ranks, self.config["engine"]["prefill_schedule_interval"])

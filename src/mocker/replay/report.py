@@ -1,4 +1,4 @@
-"""Replay report: the reference's summary dict and per-request records (spec core-sim §8)."""
+"""Replay report: the reference's summary dict, the outcome counts and the text table."""
 from __future__ import annotations
 
 import math
@@ -6,21 +6,29 @@ import math
 import numpy as np
 
 from mocker._core.stats import summarize_exact
+from mocker._core.table import STATUS_CODES
 
-__all__ = ["build_summary", "build_records", "format_table", "ReplayResult"]
+__all__ = ["build_summary", "build_outcome", "format_table", "ReplayResult"]
 
-ST_COMPLETED = 3
-ST_REJECTED = 4
-_STATUS = {3: "completed", 4: "rejected", 6: "failed"}
+ST_COMPLETED = STATUS_CODES["completed"]
 _PCTS = ("mean", "min", "max", "median", "p75", "p90", "p95", "p99", "std")
 
 
 class ReplayResult:
-    """What a replay returns: ``.summary`` (dict) and ``.per_request`` (list of dicts)."""
+    """What a replay returns.
 
-    def __init__(self, summary: dict, per_request: list | None):
+    ``.summary``: the reference's summary dict; ``.per_request``: the per-request records
+    (with ``capture_per_request=True``, else empty); ``.outcome``: how many requests ended how
+    (``arrived``, ``completed``, ``rejected``, ``failed``, ``unfinished``, and why requests were
+    rejected); ``.description``: one line naming what was simulated.
+    """
+
+    def __init__(self, summary: dict, per_request: list | None, outcome: dict | None = None,
+                 description: str = ""):
         self.summary = summary
         self.per_request = per_request if per_request is not None else []
+        self.outcome = outcome or {}
+        self.description = description
 
     def __repr__(self) -> str:
         s = self.summary
@@ -120,175 +128,119 @@ def build_summary(cols: dict, *, num_requests: int, committed_prefill: int, sim_
 
 
 def _goodput_mask(cols: dict, mask: np.ndarray, sla: dict) -> np.ndarray:
+    """Completed requests within every given SLA (zero-output ones only under an e2e-only SLA)."""
     arr = cols["arrival_time_ms"]
     n_out = cols["output_length"]
-    good = mask.copy()
-    idx = np.nonzero(mask)[0]
-    for i in idx:
-        n = int(n_out[i])
-        if n == 0:
-            ok = sla.get("e2e_ms") is not None and sla.get("ttft_ms") is None and sla.get("itl_ms") is None
-            if ok:
-                e2e = cols["terminal_time_ms"][i] - arr[i]
-                ok = e2e <= sla["e2e_ms"]
-            good[i] = ok
-            continue
-        ttft = max(cols["first_token_ms"][i] - arr[i], 0.0)
-        e2e = max(cols["last_token_ms"][i] - arr[i], 0.0)
-        ok = True
-        if sla.get("e2e_ms") is not None and not e2e <= sla["e2e_ms"]:
-            ok = False
-        if sla.get("ttft_ms") is not None and not ttft <= sla["ttft_ms"]:
-            ok = False
-        if sla.get("itl_ms") is not None and n > 1 and not (e2e - ttft) / (n - 1) <= sla["itl_ms"]:
-            ok = False
-        good[i] = ok
-    return good
-
-
-def _opt(x: float):
-    return None if (x is None or (isinstance(x, float) and math.isnan(x))) else float(x)
-
-
-def build_records(cols: dict, order: np.ndarray, session_id: list, turn_index: list,
-                  max_sim_time_ms: float = math.inf, dp_size: int = 1,
-                  route_overlap_tokens: np.ndarray | None = None,
-                  prefill_dp_size: int | None = None) -> list[dict]:
-    """Per-request records in arrival order (the reference's field names).
-
-    Worker indices are scheduler ids (``worker * dp_size + dp_rank``), as in the reference.
-    ``prefill_dp_size`` (disaggregated runs): the prefill pool's dp size; ``dp_size`` is then
-    the decode pool's, and the route overlap is the prefill router's.
-    """
-    disagg = prefill_dp_size is not None
-    pools = cols.get("adm_pool")
-    adm_rid = cols["adm_rid"]
-    adm_order = np.argsort(adm_rid, kind="stable")
-    starts = np.searchsorted(adm_rid[adm_order], np.arange(len(cols["arrival_time_ms"]) + 1))
-    mask = _completed_mask(cols, max_sim_time_ms)
-    recs = []
-    for r in order:
-        r = int(r)
-        status = int(cols["status"][r])
-        term = cols["terminal_time_ms"][r]
-        if status not in _STATUS or not term <= max_sim_time_ms:
-            continue
-        arr = float(cols["arrival_time_ms"][r])
-        n_out = int(cols["output_length"][r])
-        t1 = _opt(cols["first_token_ms"][r])
-        t2 = _opt(cols["second_token_ms"][r])
-        tm = _opt(cols["last_token_ms"][r])
-        ttft = max(t1 - arr, 0.0) if t1 is not None else None
-        e2e = max(tm - arr, 0.0) if tm is not None else None
-        ttst = max(t2 - t1, 0.0) if t2 is not None else None
-        tpot = max((tm - t1) / (n_out - 1), 0.0) if n_out >= 2 else None
-        hist = []
-        per_pool: dict = {}
-        for j, a in enumerate(adm_order[starts[r]:starts[r + 1]]):
-            pool = _POOLS[int(pools[a])] if pools is not None else "agg"
-            k = per_pool.get(pool, 0)
-            per_pool[pool] = k + 1
-            hist.append({"admission_ordinal": j, "pool_admission_ordinal": k, "pool": pool,
-                         "at_ms": float(cols["adm_at"][a]),
-                         "reused_input_tokens": int(cols["adm_reused"][a]),
-                         "is_readmission": k > 0})
-        w = int(cols["worker"][r])
-        overlap = 0 if route_overlap_tokens is None else int(route_overlap_tokens[r])
-        pw = int(cols["prefill_worker"][r]) if disagg else -1
-        if disagg:
-            routes = []
-            if pw >= 0:
-                routes.append(_route("prefill", pw, prefill_dp_size, min(overlap, int(cols["input_length"][r]))))
-            if w >= 0:
-                routes.append(_route("decode", w, dp_size, 0))
-            handoff = {k: _opt(cols[k][r]) for k in _HANDOFF_KEYS}
+    e2e_sla, ttft_sla, itl_sla = sla.get("e2e_ms"), sla.get("ttft_ms"), sla.get("itl_ms")
+    with np.errstate(invalid="ignore"):
+        ttft = np.maximum(cols["first_token_ms"] - arr, 0.0)
+        e2e = np.maximum(cols["last_token_ms"] - arr, 0.0)
+        ok = np.ones(arr.shape[0], dtype=bool)
+        if e2e_sla is not None:
+            ok &= e2e <= e2e_sla
+        if ttft_sla is not None:
+            ok &= ttft <= ttft_sla
+        if itl_sla is not None:
+            many = n_out > 1
+            itl = np.where(many, (e2e - ttft) / np.maximum(n_out - 1, 1), 0.0)
+            ok &= ~many | (itl <= itl_sla)
+        if e2e_sla is not None and ttft_sla is None and itl_sla is None:
+            empty_ok = (cols["terminal_time_ms"] - arr) <= e2e_sla
         else:
-            routes = [_route("agg", w, dp_size, overlap)]
-            handoff = dict.fromkeys(_HANDOFF_KEYS)
-        recs.append({
-            "session_id": session_id[r],
-            "turn_index": turn_index[r],
-            "arrival_time_ms": arr,
-            "dispatched_at_ms": None,
-            "first_admit_ms": _opt(cols["first_admit_ms"][r]),
-            "terminal_time_ms": float(term),
-            "first_token_ms": t1,
-            "last_token_ms": tm,
-            "ttft_ms": ttft,
-            "ttst_ms": ttst,
-            "e2e_latency_ms": e2e,
-            "itl_ms": tpot,
-            "input_length": int(cols["input_length"][r]),
-            "requested_output_length": int(cols["requested_output_length"][r]),
-            "output_length": n_out,
-            "reused_input_tokens": int(cols["reused_max"][r]),
-            "prefill_worker_idx": int(cols["prefill_worker"][r]) if disagg and cols["prefill_worker"][r] >= 0 else None,
-            # (a vLLM/TRT-LLM handoff that fails was routed to a decode worker but never placed)
-            "decode_worker_idx": w if w >= 0 and not (disagg and _STATUS[status] == "failed") else None,
-            **handoff,
-            "decode_reused_input_tokens": (int(cols["reused_dec"][r])
-                                           if disagg and w >= 0 and _STATUS[status] != "failed" else None),
-            "prefill_route_overlap_tokens": (routes[0]["reported_overlap_tokens"]
-                                             if disagg and routes and routes[0]["pool"] == "prefill" else None),
-            # (an SGLang request failing at arrival was routed to a decode worker only)
-            "decode_route_overlap_tokens": 0 if disagg and (w >= 0 or pw < 0) else None,
-            "routing_history": routes,
-            "admission_history": hist,
-            "admission_count": len(hist),
-            "readmission_count": sum(max(k - 1, 0) for k in per_pool.values()),
-            "pressure_record_ordinals": [],
-            "terminal_status": _STATUS[status],
-        })
-    return recs
+            empty_ok = np.zeros(arr.shape[0], dtype=bool)
+    return mask & np.where(n_out == 0, empty_ok, ok)
 
 
-_POOLS = {0: "agg", 1: "prefill", 2: "decode"}
-_HANDOFF_KEYS = ("prefill_admit_ms", "source_held_ms", "destination_reserved_ms", "destination_activated_ms",
-                 "decode_admit_ms", "source_released_ms")
+def build_outcome(cols: dict, max_sim_time_ms: float, arrived: int, max_model_len: int | None) -> dict:
+    """How the requests that arrived ended, and why the rejected ones were rejected."""
+    status = cols["status"]
+    term = cols["terminal_time_ms"]
+    with np.errstate(invalid="ignore"):
+        in_time = term <= max_sim_time_ms
+    completed = int(_completed_mask(cols, max_sim_time_ms).sum())
+    rejected = (status == STATUS_CODES["rejected"]) & in_time
+    out = {"arrived": int(arrived), "completed": completed, "rejected": int(rejected.sum()),
+           "failed": int(((status == STATUS_CODES["failed"]) & in_time).sum())}
+    out["unfinished"] = max(out["arrived"] - out["completed"] - out["rejected"] - out["failed"], 0)
+    reasons = {}
+    if out["rejected"]:
+        too_long = np.zeros_like(rejected)
+        if max_model_len:
+            too_long = rejected & (cols["input_length"] >= max_model_len)
+        if too_long.any():
+            reasons["prompt at least max_model_len"] = int(too_long.sum())
+        rest = int((rejected & ~too_long).sum())
+        if rest:
+            reasons["prompt larger than the KV pool"] = rest
+    out["rejected_reasons"] = reasons
+    return out
 
 
-def _route(pool: str, sid: int, dp: int, overlap_tokens: int) -> dict:
-    return {"pool": pool, "outcome": "immediate", "queue_entered_at_ms": None, "released_at_ms": None,
-            "queue_wait_ms": 0.0, "logical_worker_id": sid // dp, "scheduler_id": sid, "dp_rank": sid % dp,
-            "reported_overlap_tokens": overlap_tokens, "selected_overlap_blocks": None,
-            "best_available_overlap_blocks": None, "overlap_regret_blocks": None,
-            "placement_replica_id": None}
+_TABLE_ROWS = (  # label, summary key suffix, sample-count key
+    ("Time to First Token (ms)", "ttft_ms", "num_ttft_samples"),
+    ("Time to Second Token (ms)", "ttst_ms", "num_tpot_samples"),
+    ("Inter Token Latency (ms)", "itl_ms", "num_tpot_samples"),
+    ("Time per Output Token (ms)", "tpot_ms", "num_tpot_samples"),
+    ("Request Latency (ms)", "e2e_latency_ms", "num_e2e_latency_samples"),
+    ("Output Token Throughput Per User (tokens/sec/user)", "output_token_throughput_per_user",
+     "num_tpot_samples"),
+)
+_COLUMNS = ("mean", "min", "max", "p99", "p90", "median", "std")
 
 
-def format_table(summary: dict) -> str:
-    """An AIPerf-style table of the headline metrics."""
-    rows = []
-    for label, key in (("Time to First Token (ms)", "ttft_ms"),
-                       ("Time to Second Token (ms)", "ttst_ms"),
-                       ("Inter Token Latency (ms)", "itl_ms"),
-                       ("Time per Output Token (ms)", "tpot_ms"),
-                       ("Request Latency (ms)", "e2e_latency_ms")):
-        rows.append((label,) + tuple(summary.get(f"{p}_{key}", 0.0)
-                                     for p in ("mean", "min", "max", "p99", "p90", "median", "std")))
-    rows.append(("Output Token Throughput Per User (tokens/sec/user)",) + tuple(
-        summary.get(f"{p}_output_token_throughput_per_user", 0.0)
-        for p in ("mean", "min", "max", "p99", "p90", "median", "std")))
+def format_table(summary: dict, outcome: dict | None = None) -> str:
+    """An AIPerf-style table of the headline metrics.
+
+    Metrics without samples show ``n/a``.  ITL and per-user throughput percentiles come from a
+    sketch (relative error below 1%, as the reference's): the table clamps them to the exact
+    min and max; the summary dict keeps the sketch's values.
+    """
     head = ("Metric", "avg", "min", "max", "p99", "p90", "p50", "std")
-    w0 = max(len(r[0]) for r in rows + [head])
+    w0 = max(len(r[0]) for r in _TABLE_ROWS)
     lines = [f"{head[0]:<{w0}} " + " ".join(f"{h:>12}" for h in head[1:])]
     lines.append("-" * len(lines[0]))
-    for r in rows:
-        lines.append(f"{r[0]:<{w0}} " + " ".join(f"{v:>12.2f}" for v in r[1:]))
+    for label, key, count in _TABLE_ROWS:
+        if not summary.get(count):
+            lines.append(f"{label:<{w0}} " + " ".join(f"{'n/a':>12}" for _ in _COLUMNS))
+            continue
+        vals = {p: float(summary.get(f"{p}_{key}", 0.0)) for p in _COLUMNS}
+        lo, hi = vals["min"], vals["max"]
+        for p in ("p99", "p90", "median"):
+            vals[p] = min(max(vals[p], lo), hi)
+        lines.append(f"{label:<{w0}} " + " ".join(f"{vals[p]:>12.2f}" for p in _COLUMNS))
     lines.append("-" * len(lines[0]))
-    for label, key, fmt in (("Requests (completed / total)", None, None),
-                            ("Request Throughput (requests/sec)", "request_throughput_rps", ".2f"),
+    completed = summary["completed_requests"]
+
+    def row(label: str, val: str) -> None:
+        lines.append(f"{label:<{w0}} {val:>12}")
+
+    row("Requests (completed / total)", f"{completed} / {summary['num_requests']}")
+    for label, key, fmt in (("Request Throughput (requests/sec)", "request_throughput_rps", ".2f"),
                             ("Output Token Throughput (tokens/sec)", "output_throughput_tok_s", ".2f"),
                             ("Total Token Throughput (tokens/sec)", "total_throughput_tok_s", ".2f"),
-                            ("Prefix Cache Reuse Ratio", "prefix_cache_reused_ratio", ".4f"),
-                            ("Simulated Duration (ms)", "duration_ms", ".3f"),
-                            ("Wall Time (ms)", "wall_time_ms", ".1f")):
-        if key is None:
-            val = f"{summary['completed_requests']} / {summary['num_requests']}"
-        else:
-            val = format(summary[key], fmt)
-        lines.append(f"{label:<{w0}} {val:>12}")
+                            ("Prefix Cache Reuse Ratio", "prefix_cache_reused_ratio", ".4f")):
+        row(label, format(summary[key], fmt) if completed else "n/a")
     if "goodput_completed_requests" in summary:
-        lines.append(f"{'Goodput (requests / req/s)':<{w0}} "
-                     f"{summary['goodput_completed_requests']:>12} "
-                     f"{summary['goodput_request_throughput_rps']:>12.3f}")
+        row("Goodput (requests within the SLAs)", str(summary["goodput_completed_requests"]))
+        row("Goodput Throughput (requests/sec)",
+            format(summary["goodput_request_throughput_rps"], ".3f") if completed else "n/a")
+    row("Simulated Duration (ms)", format(summary["duration_ms"], ".3f") if completed else "n/a")
+    row("Wall Time (ms)", format(summary["wall_time_ms"], ".1f"))
+    if outcome:
+        lines.extend(outcome_lines(outcome))
     return "\n".join(lines)
+
+
+def outcome_lines(outcome: dict) -> list[str]:
+    """Lines saying how requests that did not complete ended (none when all completed)."""
+    out = []
+    reasons = outcome.get("rejected_reasons") or {}
+    if outcome.get("rejected"):
+        why = ", ".join(f"{n} {reason}" for reason, n in reasons.items())
+        out.append(f"{outcome['rejected']} rejected" + (f" ({why})" if why else ""))
+    if outcome.get("failed"):
+        out.append(f"{outcome['failed']} failed (disaggregated handoff impossible: prompt larger than "
+                   "a decode worker's KV pool)")
+    if outcome.get("unfinished"):
+        out.append(f"{outcome['unfinished']} unfinished when the simulation stopped (max_sim_time_ms)")
+    return out

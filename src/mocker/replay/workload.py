@@ -1,0 +1,53 @@
+"""What a replay runs: the requests of a trace or synthetic workload as numpy columns.
+
+``traces.load_mooncake`` and ``synthetic.synthetic_workload`` build a :class:`Workload`; the
+compiled replay core reads its columns, the report reads its session names.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mocker._core.table import RID_LIMIT, RUN_CONST_KIND as RUN_CONST, RUN_RANGE_KIND as RUN_RANGE
+
+__all__ = ["Workload", "HORIZON_MS", "MAX_REQUEST_TOKENS", "RID_LIMIT", "RUN_CONST", "RUN_RANGE"]
+
+# Simulated times are float64 milliseconds quantized to nanoseconds: past 2**53 ns (~104 days)
+# a nanosecond step is lost, so arrivals and delays beyond it are refused.
+HORIZON_MS = 2.0 ** 53 / 1e6
+# A request's tokens (prompt or output): block positions in the core are 32-bit.
+MAX_REQUEST_TOKENS = 2 ** 31 - 1
+
+
+@dataclass
+class Workload:
+    """Columns handed to the compiled replay core (one entry per request unless noted)."""
+    n: int
+    input_length: np.ndarray           # int64; for delta traces: this row's delta length
+    output_length: np.ndarray          # int64
+    run_off: np.ndarray                # int64[n+1], CSR offsets into the run columns
+    run_kind: np.ndarray               # int8: RUN_CONST (run_n tokens of value run_v) or RUN_RANGE
+    #                                    (values run_v, run_v+1, ... each run_start times)
+    run_v: np.ndarray                  # uint64
+    run_start: np.ndarray              # int64
+    run_n: np.ndarray                  # int64
+    next_turn: np.ndarray              # int32, rid of the session's next turn (-1 = last)
+    delay_ms: np.ndarray               # float64, delay before this turn (turns > 0)
+    session_heads: np.ndarray          # int32, first turns in file order
+    head_arrival_ms: np.ndarray        # float64, arrival of each head (timestamp mode)
+    session_index: np.ndarray          # int32 per request: index into session_names, -1 = none
+    turn_index: np.ndarray             # int64 per request: turn within its session, -1 = none
+    session_names: list = field(default_factory=list)
+    delta: bool = False
+
+    def columns(self) -> dict:
+        return {"run_off": self.run_off, "run_kind": self.run_kind, "run_v": self.run_v,
+                "run_start": self.run_start, "run_n": self.run_n, "next_turn": self.next_turn,
+                "delay_ms": self.delay_ms, "output_length": self.output_length,
+                "session_heads": self.session_heads, "head_arrival_ms": self.head_arrival_ms}
+
+    def session_id(self, rid: int):
+        """The session name a record of request ``rid`` carries (None when unnamed)."""
+        i = int(self.session_index[rid])
+        return None if i < 0 else self.session_names[i]
