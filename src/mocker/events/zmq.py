@@ -167,8 +167,13 @@ class ZmqKvEventPublisher:
     def __init__(self, port: int | None = None, replay_port: int | None = None,
                  host: str = "127.0.0.1", buffer_size: int = DEFAULT_BUFFER_SIZE,
                  replay_topic_frame: bool = True, *, explicit_nulls: bool = True) -> None:
-        if buffer_size < 1:
-            raise ValueError(f"buffer_size must be >= 1, got {buffer_size}")
+        for name, value in (("port", port), ("replay_port", replay_port)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or not 0 <= value <= 65535):
+                raise ValueError(f"{name} must be a TCP port (an integer in 0..65535, 0 = any free port), "
+                                 f"got {value!r}")
+        if isinstance(buffer_size, bool) or not isinstance(buffer_size, int) or buffer_size < 1:
+            raise ValueError(f"buffer_size must be an integer >= 1, got {buffer_size!r}")
         self._host = host
         self._buffer_size = buffer_size
         self._replay_topic_frame = replay_topic_frame

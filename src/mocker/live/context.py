@@ -126,6 +126,11 @@ class MockerContext:
             self.config = normalize_config(config)
             eng, dyn = self.config["engine"], self.config["dynamo"]
             self.reasoning = ReasoningConfig.from_dict(dyn["reasoning"]) if dyn["reasoning"] else None
+            dp = int(self.config["dp_size"])
+            for name in ("zmq_kv_events_port", "zmq_replay_port", "bootstrap_port"):
+                base = dyn[name]
+                if base and base + dp - 1 > 65535:
+                    raise ConfigError(f"dynamo.{name}: {base} + {dp - 1} (one port per dp rank) is beyond 65535")
         except ConfigError as e:
             raise ConfigError(f"invalid Mocker engine arguments: {e}") from e
         self.engine_type = eng["backend"]

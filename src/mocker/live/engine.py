@@ -36,10 +36,10 @@ from mocker._core.table import ReqTable
 from mocker.config import ConfigError, normalize_config
 from mocker.events.kv import BlockRemoved, BlockStored, KvEventBatch, KvEventSink
 from mocker.events.metrics import ForwardPassSnapshot, MockerMetrics
+from mocker.limits import MAX_REQUEST_TOKENS
 
 log = logging.getLogger("mocker.live")
 
-ST_REJECTED = 4
 _clock = time.monotonic              # the wall clock of pacing (loop.time() is ms-coarse on uvloop)
 _TIMER_SLACK_S = 0.001               # the loop's timer wakes up to ~1 ms late: sleep short, then yield
 _FANOUT_MIN_SIGNALS = 64             # passes that hand out fewer signals do not update the estimate
@@ -273,11 +273,19 @@ class LiveEngine:
     def prepare_request(self, req: DirectRequest) -> tuple[Registration, LiveRequest]:
         if self._state != "running":
             raise LiveEngineError("live Mocker engine is not running")
+        mot = req.max_output_tokens
+        if req.output_token_ids is None and (isinstance(mot, bool) or not isinstance(mot, (int, np.integer))):
+            raise LiveEngineError(f"max_output_tokens must be an integer, got {mot!r}")
         eff = req.effective_output_len()
+        if eff > MAX_REQUEST_TOKENS:
+            raise LiveEngineError(f"max_output_tokens {eff} is more than a request can hold "
+                                  f"({MAX_REQUEST_TOKENS} tokens)")
         if eff == 0 and not (self.allow_zero_output and req.output_token_ids is None):
             raise LiveEngineError("live requests must generate at least one output token")
         if eff < 0:
             raise LiveEngineError(f"max_output_tokens must be non-negative, got {eff}")
+        if isinstance(req.dp_rank, bool) or not isinstance(req.dp_rank, (int, np.integer)):
+            raise LiveEngineError(f"dp_rank must be an integer, got {req.dp_rank!r}")
         if not 0 <= req.dp_rank < self.dp_size:
             raise LiveEngineError(f"dp_rank {req.dp_rank} is out of bounds for dp_size {self.dp_size}")
         if req.dp_rank in self._closed_ranks:
@@ -291,7 +299,12 @@ class LiveEngine:
             raise LiveEngineError(f"request tokens must be integer token ids: {e}") from e
         if tokens.ndim != 1:
             raise LiveEngineError("request tokens must be a flat list of token ids")
-        if tokens.size and int(tokens.min()) < 0:
+        if tokens.size > MAX_REQUEST_TOKENS:
+            raise LiveEngineError(f"request tokens: {tokens.size} is more than a request can hold "
+                                  f"({MAX_REQUEST_TOKENS} tokens)")
+        if tokens.size == 0:
+            raise LiveEngineError("request tokens must not be empty (a prompt has at least one token)")
+        if int(tokens.min()) < 0:
             raise LiveEngineError("request tokens must be non-negative token ids")
         route = _Route(client_id=cid, rank=int(req.dp_rank), tokens=tokens,
                        plan=list(req.output_token_ids) if req.output_token_ids is not None else None,

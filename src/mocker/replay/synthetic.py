@@ -49,7 +49,8 @@ import numpy as np
 
 from mocker._core.rng import poisson_arrivals, prefix_groups
 from mocker.errors import ReplayError
-from mocker.replay.workload import HORIZON_MS, MAX_REQUEST_TOKENS, RID_LIMIT, RUN_RANGE, Workload
+from mocker.limits import HORIZON_MS, MAX_REQUEST_TOKENS, RID_LIMIT
+from mocker.replay.workload import RUN_RANGE, Workload
 
 __all__ = ["SyntheticWorkload", "build_synthetic_workload", "synthetic_workload"]
 

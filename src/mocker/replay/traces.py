@@ -14,7 +14,8 @@ import os
 import numpy as np
 
 from mocker.errors import TraceError
-from mocker.replay.workload import HORIZON_MS, MAX_REQUEST_TOKENS, RID_LIMIT, RUN_CONST, Workload
+from mocker.limits import HORIZON_MS, MAX_REQUEST_TOKENS, RID_LIMIT
+from mocker.replay.workload import RUN_CONST, Workload
 
 __all__ = ["TraceError", "Workload", "load_mooncake", "TRACE_FORMATS"]
 

@@ -9,15 +9,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mocker._core.table import RID_LIMIT, RUN_CONST_KIND as RUN_CONST, RUN_RANGE_KIND as RUN_RANGE
+from mocker._core.table import RUN_CONST_KIND as RUN_CONST, RUN_RANGE_KIND as RUN_RANGE
 
-__all__ = ["Workload", "HORIZON_MS", "MAX_REQUEST_TOKENS", "RID_LIMIT", "RUN_CONST", "RUN_RANGE"]
-
-# Simulated times are float64 milliseconds quantized to nanoseconds: past 2**53 ns (~104 days)
-# a nanosecond step is lost, so arrivals and delays beyond it are refused.
-HORIZON_MS = 2.0 ** 53 / 1e6
-# A request's tokens (prompt or output): block positions in the core are 32-bit.
-MAX_REQUEST_TOKENS = 2 ** 31 - 1
+__all__ = ["Workload", "RUN_CONST", "RUN_RANGE"]
 
 
 @dataclass
