@@ -64,29 +64,74 @@ def test_cli_example_trace_runs():
     assert "Requests (completed / total)" in res.stdout and "16 / 16" in res.stdout
 
 
+def _on_a_terminal(args, columns=80, env=None, interrupt_after=None):
+    """Run the CLI with stderr on a pty of ``columns`` columns: (exit code, what stderr showed)."""
+    import signal
+    import time
+    pid, fd = pty.fork()
+    if pid == 0:  # child: stdout to /dev/null, stderr is the pty
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.environ.update({"COLUMNS": str(columns), "MOCKER_PROGRESS_DELAY": "0", **(env or {})})
+        os.execvp(sys.executable, [sys.executable, "-m", "mocker", *args])
+    out = b""
+    t0 = time.monotonic()
+    sent = False
+    while True:
+        if interrupt_after is not None and not sent and interrupt_after(out):
+            os.kill(pid, signal.SIGINT)
+            sent = True
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+        assert time.monotonic() - t0 < 120
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), out.decode(errors="replace")
+
+
+SYNTHETIC = ["replay", "--input-tokens", "1000", "--output-tokens", "100", "--request-count", "20000",
+             "--request-rate", "20"]
+
+
 def test_progress_bar_on_a_terminal():
-    """On a tty the progress bar appears for runs longer than a moment; --quiet removes it."""
-    def run(extra):
-        pid, fd = pty.fork()
-        if pid == 0:  # child: stdout to /dev/null, stderr is the pty
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, 1)
-            os.execvp(sys.executable, [sys.executable, "-m", "mocker.cli", "replay", "--input-tokens",
-                                       "1000", "--output-tokens", "100", "--request-count", "60000",
-                                       "--request-rate", "20", *extra])
-        out = b""
-        while True:
-            try:
-                chunk = os.read(fd, 4096)
-            except OSError:
-                break
-            if not chunk:
-                break
-            out += chunk
-        _, status = os.waitpid(pid, 0)
-        return os.waitstatus_to_exitcode(status), out.decode(errors="replace")
-    rc, err = run([])
+    """On a tty the progress line appears; --quiet removes it."""
+    rc, err = _on_a_terminal(SYNTHETIC)
     assert rc == 0
-    assert "requests" in err and "60000/60000" in err
-    rc, err = run(["--quiet"])
+    assert "requests" in err and "20000/20000" in err
+    rc, err = _on_a_terminal([*SYNTHETIC, "--quiet"])
     assert rc == 0 and "requests" not in err
+
+
+def test_progress_line_fits_a_narrow_terminal_and_is_cleared():
+    """D16: a 70-column terminal: no redraw is wider than the screen; the line ends cleared."""
+    rc, err = _on_a_terminal(SYNTHETIC, columns=70)
+    assert rc == 0
+    segments = err.replace("\r\n", "\n").split("\r")
+    assert len(segments) > 2
+    assert all(len(seg) <= 69 for seg in segments), max(segments, key=len)
+    assert segments[-1] == ""                      # the last redraw was wiped
+
+
+def test_interrupt_message_starts_on_its_own_line():
+    """D16: Ctrl-C during the progress line: the message is not glued to the bar."""
+    rc, err = _on_a_terminal(["replay", "--input-tokens", "1000", "--output-tokens", "100",
+                              "--request-count", "2000000", "--request-rate", "20"],
+                             interrupt_after=lambda out: b"requests" in out)
+    assert rc == 130
+    last = err.replace("\r\n", "\n").split("\r")[-1]
+    assert last.strip() == "mocker replay: interrupted", repr(err[-300:])
+
+
+def test_trace_loading_shows_progress(tmp_path):
+    """D17: a large trace shows progress while it is read, before simulating."""
+    trace = tmp_path / "big.jsonl"
+    row = '{{"timestamp": {t}, "input_length": 100, "output_length": 2, "hash_ids": [{t}]}}\n'
+    trace.write_text("".join(row.format(t=i) for i in range(40000)))
+    rc, err = _on_a_terminal(["replay", str(trace)])
+    assert rc == 0
+    assert "reading trace" in err
+    assert err.index("reading trace") < err.index("requests")

@@ -135,9 +135,9 @@ class _Progress:
             bar = "#" * int(frac * width)
             text = f"[{bar:-<{width}}] {text}"
         text = text[:cols - 1]
+        self.shown = True          # before writing: Ctrl-C may land in the write
         sys.stderr.write("\r" + text + " " * max(0, cols - 1 - len(text)))
         sys.stderr.flush()
-        self.shown = True
 
     def clear(self) -> None:
         """End the progress line (before a message, at the end of the run)."""
@@ -199,7 +199,7 @@ def _flags_for(message: str) -> str:
     """A replay error's message with option names spelled as the command line's flags."""
     from mocker.replay.options import BY_NAME, flag
 
-    names = "|".join(sorted(BY_NAME, key=len, reverse=True))
+    names = "|".join(sorted([*BY_NAME, "input_tokens", "output_tokens", "request_count"], key=len, reverse=True))
     return re.sub(rf"(?<![\w.-])({names})(?![\w])", lambda m: flag(m.group(1)), message)
 
 

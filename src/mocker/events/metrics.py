@@ -26,15 +26,21 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Sequence
 
-import msgpack
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.metrics_core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
-from prometheus_client.utils import floatToGoString
+try:
+    import msgpack
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.metrics_core import (
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        HistogramMetricFamily,
+        Metric,
+    )
+    from prometheus_client.utils import floatToGoString
+except ModuleNotFoundError as _e:     # pragma: no cover - depends on the environment
+    from mocker.extras import LIVE_MODULES, missing_extra
+    if _e.name not in LIVE_MODULES:
+        raise
+    raise missing_extra("mocker.events.metrics", _e) from _e
 
 __all__ = [
     "MockerMetrics",

@@ -19,8 +19,14 @@ import socket
 import threading
 from dataclasses import dataclass, field
 
-import msgpack
-import zmq
+try:
+    import msgpack
+    import zmq
+except ModuleNotFoundError as _e:     # pragma: no cover - depends on the environment
+    from mocker.extras import LIVE_MODULES, missing_extra
+    if _e.name not in LIVE_MODULES:
+        raise
+    raise missing_extra("mocker.events.zmq", _e) from _e
 
 from .kv import (AllBlocksCleared, BlockRemoved, BlockStored, KvEventBatch, StorageTier,
                  parse_storage_tier)

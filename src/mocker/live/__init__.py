@@ -8,7 +8,8 @@
   and usage values), ``replay_table`` (the response replay JSONL table) and ``shaping`` (token
   choice, reasoning, synthetic logprobs, native-SGLang passthrough).
 
-Needs the ``live`` extra: ``pip install "mocker[live]"``.
+Needs the ``live`` extra (pyzmq, msgpack, prometheus_client): from the source tree,
+``python -m pip install ".[live]"``.
 """
 try:
     from mocker.live.engine import (CancelOnOverflow, DirectRequest, FullResponse, LiveEngine,  # noqa: F401
@@ -16,9 +17,10 @@ try:
     from mocker.live.context import (EngineShutdown, InvalidArgument, MockerContext,  # noqa: F401
                                      PreprocessedRequest, RequestContext, ResponseStream)
 except ModuleNotFoundError as e:     # pragma: no cover - depends on the environment
-    if e.name not in ("zmq", "msgpack", "prometheus_client"):
+    from mocker.extras import LIVE_MODULES, missing_extra
+    if e.name not in LIVE_MODULES:
         raise
-    raise ImportError(f"mocker.live needs the live extra (pip install 'mocker[live]'): {e}") from e
+    raise missing_extra("mocker.live", e) from e
 
 __all__ = ["LiveEngine", "DirectRequest", "OutputSignal", "LiveRequest", "Registration", "CancelOnOverflow",
            "FullResponse", "LiveEngineError", "MockerContext", "PreprocessedRequest", "RequestContext",

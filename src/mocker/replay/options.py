@@ -217,8 +217,8 @@ def check_options(mode: str, kwargs: dict, func: str) -> Options:
     if v["router_mode"] != "kv_router":
         for name in ("router_config", "kv_event_lag_ms"):
             if name in given:
-                raise ReplayError(f"{name} has no effect with router_mode='round_robin'; "
-                                  "use router_mode='kv_router'", name)
+                raise ReplayError(f"{name} has no effect with round-robin placement; it applies to "
+                                  "router_mode kv_router", name)
     disagg = v["prefill_engine_args"] is not None or v["decode_engine_args"] is not None
     if not disagg:
         for name in ("num_prefill_workers", "num_decode_workers"):
@@ -227,6 +227,20 @@ def check_options(mode: str, kwargs: dict, func: str) -> Options:
                                   "prefill_engine_args and decode_engine_args)", name)
     if v["progress"] is not None and not callable(v["progress"]):
         raise ReplayError(f"progress must be callable, got {v['progress']!r}", "progress")
+    if mode == SYNTHETIC:
+        # the reference accepts these out of range when they cannot matter (one turn); mocker
+        # refuses them always, so a typo never passes silently
+        t = v["turns_per_session"]
+        if isinstance(t, bool) or not isinstance(t, int) or t < 1:
+            raise ReplayError(f"turns_per_session must be at least 1, got {t!r}", "turns_per_session")
+        d = _as_float("inter_turn_delay_ms", v["inter_turn_delay_ms"])
+        if not math.isfinite(d) or d < 0:
+            raise ReplayError(f"inter_turn_delay_ms must be a finite non-negative number, got {_num(d)}",
+                              "inter_turn_delay_ms")
+        r = _as_float("shared_prefix_ratio", v["shared_prefix_ratio"])
+        if not 0.0 <= r <= 1.0:
+            raise ReplayError(f"shared_prefix_ratio must be between 0.0 and 1.0, got {_num(r)}",
+                              "shared_prefix_ratio")
     if mode == TRACE and v["trace_block_size"] is not None:
         tbs = v["trace_block_size"]
         if isinstance(tbs, bool) or not isinstance(tbs, int) or tbs <= 0:

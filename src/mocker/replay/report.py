@@ -236,7 +236,10 @@ def outcome_lines(outcome: dict) -> list[str]:
     out = []
     reasons = outcome.get("rejected_reasons") or {}
     if outcome.get("rejected"):
-        why = ", ".join(f"{n} {reason}" for reason, n in reasons.items())
+        if len(reasons) == 1:
+            why = next(iter(reasons))
+        else:
+            why = ", ".join(f"{reason}: {n}" for reason, n in reasons.items())
         out.append(f"{outcome['rejected']} rejected" + (f" ({why})" if why else ""))
     if outcome.get("failed"):
         out.append(f"{outcome['failed']} failed (disaggregated handoff impossible: prompt larger than "
