@@ -1,4 +1,4 @@
-"""In-process KV-event sinks (spec live §4.1, §4.2): ListSink, CallbackSink, FanoutSink."""
+"""In-process KV-event sinks (docs/live.md §4.1, docs/live.md §4.2): ListSink, CallbackSink, FanoutSink."""
 import logging
 
 import pytest

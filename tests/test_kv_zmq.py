@@ -1,4 +1,4 @@
-"""vLLM-style KV events over ZMQ (spec live §4.3, §4.4; checklist 51-53).
+"""vLLM-style KV events over ZMQ (docs/live.md §4.3, docs/live.md §4.4; checklist 51-53).
 
 Real sockets on 127.0.0.1 with OS-assigned ports.  Every receive goes through ``_recv`` (poll with
 a timeout), so a broken publisher fails a test instead of hanging it.

@@ -1,5 +1,5 @@
-"""The execution context (spec live §2, §6): preprocessed requests in, chunk streams out, one
-terminal chunk per stream whatever happens (checklist §9 items 19–31, 57–60)."""
+"""The execution context (docs/live.md §2, docs/live.md §6): preprocessed requests in, chunk streams out, one
+terminal chunk per stream whatever happens (checklist docs/live.md §9 items 19–31, 57–60)."""
 import asyncio
 import json
 import random

@@ -1,5 +1,5 @@
 """LiveEngine: streams, identity, cancellation, buffering, pacing and the shared core
-(spec live §1 and the checklist of §9).  Every test runs its own event loop and bounds every
+(docs/live.md §1 and the checklist of docs/live.md §9).  Every test runs its own event loop and bounds every
 wait, so a hang fails instead of stalling the suite."""
 import asyncio
 import random

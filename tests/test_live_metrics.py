@@ -1,4 +1,4 @@
-"""Live metrics (spec live §5, checklist 54-56): native Prometheus families and forward-pass metrics."""
+"""Live metrics (docs/live.md §5, checklist 54-56): native Prometheus families and forward-pass metrics."""
 from __future__ import annotations
 
 import asyncio
@@ -57,7 +57,7 @@ def buckets_of(pm: PrometheusMetrics, name: str) -> list[float]:
     return sorted(float(le) for le in les if le != "+Inf")
 
 
-# ---------------------------------------------------------------------------------------------- §5.1
+# ---------------------------------------------------------------------------------------------- docs/live.md §5.1
 
 def test_mocker_metrics_snapshot():
     m = MockerMetrics(0, 3, 12, 2, 4, 5, 0, 0)
@@ -70,7 +70,7 @@ def test_mocker_metrics_snapshot():
         m.running_requests = 1  # frozen
 
 
-# ---------------------------------------------------------------------------------------------- §5.3 vLLM (54)
+# ---------------------------------------------------------------------------------------------- docs/live.md §5.3 vLLM (54)
 
 def test_vllm_gauges_per_engine_label_and_exact_names():
     pm = PrometheusMetrics("vllm", dp_size=2)
@@ -215,7 +215,7 @@ def test_no_model_name_records_nothing_and_engines_do_not_collide():
         PrometheusMetrics("tgi")
 
 
-# ---------------------------------------------------------------------------------------------- §5.3 SGLang (55)
+# ---------------------------------------------------------------------------------------------- docs/live.md §5.3 SGLang (55)
 
 def test_sglang_scheduler_sums_and_hit_rate():
     pm = PrometheusMetrics("sglang", dp_size=2)
@@ -291,7 +291,7 @@ def test_sglang_bucket_lists():
         0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400, 600, 1200, 1800, 2400]
 
 
-# ---------------------------------------------------------------------------------------------- §5.2 FPM (56)
+# ---------------------------------------------------------------------------------------------- docs/live.md §5.2 FPM (56)
 
 SCHEDULED_KEYS = ["num_prefill_requests", "sum_prefill_tokens", "var_prefill_length", "sum_prefill_kv_tokens",
                   "num_decode_requests", "sum_decode_kv_tokens", "var_decode_kv_tokens"]

@@ -1,6 +1,6 @@
 """Pure live-layer pieces: stream chunks, usage, the response replay table, token shaping,
 reasoning, synthetic logprobs, the health-check payload and native-SGLang passthrough
-(spec live §0, §2.3-2.6, §2.9, §6; checklist 20, 24, 26, 27, 57-59)."""
+(docs/live.md §0, docs/live.md §2.3-2.6, docs/live.md §2.9, docs/live.md §6; checklist 20, 24, 26, 27, 57-59)."""
 from __future__ import annotations
 
 import json
@@ -118,7 +118,7 @@ def test_chunks_without_cache_truth_and_prefill_marker():
     assert t.completion_usage is None and t.finish_reason is FinishReason.LENGTH
 
 
-# -- response replay table (§2.5, checklist 24, 26) ---------------------------------------
+# -- response replay table (docs/live.md §2.5, checklist 24, 26) ---------------------------------------
 
 class TestReplayTable:
     def test_checklist_24_key_derivation(self, tmp_path):
@@ -292,7 +292,7 @@ class TestReplayTable:
         assert table.lookup("planned") == [7, 8]
 
 
-# -- reasoning and token choice (§2.3, §2.6, checklist 27) --------------------------------
+# -- reasoning and token choice (docs/live.md §2.3, docs/live.md §2.6, checklist 27) --------------------------------
 
 class TestReasoning:
     @pytest.mark.parametrize("osl,ratio,expected", [
@@ -397,7 +397,7 @@ class TestReasoning:
             ReasoningConfig.from_dict([1, 2, 0.5])
 
 
-# -- backend example: logprobs and health check (§6, checklist 57-59) ---------------------
+# -- backend example: logprobs and health check (docs/live.md §6, checklist 57-59) ---------------------
 
 class TestBackendExample:
     def test_checklist_59_none(self):
@@ -454,7 +454,7 @@ class TestBackendExample:
         assert health_check_payload(True)["token_ids"] == [1]
 
 
-# -- native SGLang passthrough (§2.9) -----------------------------------------------------
+# -- native SGLang passthrough (docs/live.md §2.9) -----------------------------------------------------
 
 class TestSglangPassthrough:
     def test_only_native_requests_are_adapted(self):

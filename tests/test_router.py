@@ -1,4 +1,4 @@
-"""KV-aware router (spec core-sim §6.5): costs, event timing, config, reproducibility.
+"""KV-aware router (docs/core-sim.md §6.5): costs, event timing, config, reproducibility.
 
 The expected costs are the ones the reference (ai-dynamo-runtime 1.6.1) logs for the same
 inputs (its `Selected worker ... logit=` line; see tools/REFERENCE_NOTES.md, "KV router").

@@ -1,4 +1,4 @@
-"""Timing model constants and quantization (spec §2) against reference values."""
+"""Timing model constants and quantization (docs/core-sim.md §2) against reference values."""
 import pytest
 
 from mocker._core import timing

@@ -221,7 +221,7 @@ def scenarios():
     tiny = tiny_trace()
     mix = mixed_trace(11)
     sc = [
-        # ---- spec §9 rows
+        # ---- docs/core-sim.md §9 rows
         T("r1_single", r1(), "R1: 1 request 1000/100"),
         T("r2_batch20", r2(), "R2: 20 x 1000/50 at t=0"),
         T("r3_prefix_every200", r3(), "R3: 8 x 2048/20 every 200 ms, shared prefix"),
@@ -1157,7 +1157,7 @@ def sglang_scenarios():
     mix = mixed_trace(11)
     lpm = {"schedule_policy": "lpm"}
     return [
-        # ---- spec §9 R6 rows on our tiny trace
+        # ---- docs/core-sim.md §9 R6 rows on our tiny trace
         T("sglang_r6_tiny_bs64", tiny, "R6: SGLang, tiny, bs 64", extra_engine_args=sg(block_size=64)),
         T("sglang_r6b_tiny_bs16_lpm", tiny, "R6b: SGLang, tiny, bs 16, 65536 blocks, lpm",
           extra_engine_args=sg(block_size=16, num_gpu_blocks=65536, sglang=lpm)),

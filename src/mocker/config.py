@@ -450,7 +450,7 @@ def load_config(value: Any) -> dict:
     return normalize_config(value)
 
 
-# -- KV router (spec core-sim §6.5) ------------------------------------------------------
+# -- KV router (docs/core-sim.md §6.5) ------------------------------------------------------
 # Every key the reference's KvRouterConfig accepts, with its default.  The ones that change
 # nothing in an offline replay (indexer threads, TTLs, replica sync, remote indexers, ...)
 # are accepted and ignored, as the reference does.

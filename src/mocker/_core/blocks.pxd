@@ -1,4 +1,4 @@
-# vLLM-style paged KV block pool with prefix caching (spec core-sim §4.2).
+# vLLM-style paged KV block pool with prefix caching (docs/core-sim.md §4.2).
 cimport cython
 from libcpp.vector cimport vector
 from libcpp.unordered_map cimport unordered_map

@@ -269,7 +269,7 @@ cdef class LiveCore:
                 rk.preemptions_total)
 
     def pass_fpm(self, int64_t rank):
-        """Forward-pass metrics of rank ``rank``'s last pass (spec live §5.2), in the field
+        """Forward-pass metrics of rank ``rank``'s last pass (docs/live.md §5.2), in the field
         order of ``ForwardPassSnapshot`` without the wall time: scheduled prefill (count, Σ new
         prompt tokens, variance of those, Σ tokens already in KV), decode (count, Σ context
         tokens, variance), then the queue left behind (prefill count, Σ tokens, variance;

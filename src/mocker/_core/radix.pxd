@@ -1,4 +1,4 @@
-# SGLang-style page radix cache (spec core-sim §5.1).  One node per cached page; a page's
+# SGLang-style page radix cache (docs/core-sim.md §5.1).  One node per cached page; a page's
 # chained hash names the whole path from the root.  Only children of branching nodes (and
 # of the root) are in the hash index: a chain is walked through `only_child` links.
 cimport cython

@@ -55,7 +55,7 @@ cdef class Rank:
     cdef bint abort(self, rid_t r) noexcept nogil
     cdef void grow(self, int64_t n) noexcept nogil
     cdef bint _unqueue(self, rid_t r) noexcept nogil
-    # disaggregated handoff roles (spec core-sim §6.6); the base rank has none
+    # disaggregated handoff roles (docs/core-sim.md §6.6); the base rank has none
     cdef bint reserve_destination(self, rid_t r, int64_t* missing_blocks) noexcept nogil
     cdef void activate_destination(self, rid_t r) noexcept nogil
     cdef void release_source(self, rid_t r) noexcept nogil

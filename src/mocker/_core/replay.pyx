@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""Virtual-clock replay event loop (spec core-sim §6.1–§6.4).
+"""Virtual-clock replay event loop (docs/core-sim.md §6.1–docs/core-sim.md §6.4).
 
 The whole loop runs in C without the GIL.  Python hands over the workload as numpy
 columns once, then calls ``advance`` (a bounded slice of simulated passes, so the
@@ -46,7 +46,7 @@ cdef class ReplayCore:
     cdef vector[int64_t] g_first         # per worker: its first rank
     cdef vector[int64_t] g_n             # per worker: its ranks
     cdef vector[int64_t] group_of        # per rank: its worker
-    # disaggregated prefill -> decode (spec core-sim §6.6): prefill ranks first, then decode ranks
+    # disaggregated prefill -> decode (docs/core-sim.md §6.6): prefill ranks first, then decode ranks
     cdef bint disagg
     cdef int64_t n_prefill_ranks
     cdef int64_t n_prefill_workers

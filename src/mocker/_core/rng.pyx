@@ -3,7 +3,7 @@
 
 Spec Appendix A.1 (seeding, block function, buffering, next_u32/next_u64/f64) and
 A.2 (``random_range(0..n)``), plus the two workload helpers built on it:
-Poisson arrival times (§7.4) and prefix-group draws (§7.4).
+Poisson arrival times (docs/core-sim.md §7.4) and prefix-group draws (docs/core-sim.md §7.4).
 """
 
 from libc.stdint cimport uint32_t, uint64_t, int64_t
@@ -169,7 +169,7 @@ cdef uint64_t rng_range(StdRng* r, uint64_t n) noexcept nogil:
 # ---------------------------------------------------------------------------------------------
 
 def poisson_arrivals(uint64_t seed, double rate, int64_t n):
-    """First-turn arrival times (ms) of the synthetic Poisson workload (spec §7.4).
+    """First-turn arrival times (ms) of the synthetic Poisson workload (docs/core-sim.md §7.4).
 
     ``arrivals[0] = 0``; then ``t += -(1000/rate) * ln(clamp(1 - U, f64::MIN_POSITIVE, 1))``
     with ``U`` the next f64 of ``StdRng::seed_from_u64(seed)`` (one draw per later arrival).
@@ -202,7 +202,7 @@ def poisson_arrivals(uint64_t seed, double rate, int64_t n):
 
 def prefix_groups(int64_t n, int64_t num_groups):
     """Prefix group of each of ``n`` sessions: ``random_range(0..num_groups)`` per session
-    from a fixed ``StdRng::seed_from_u64(42)`` (spec §7.4)."""
+    from a fixed ``StdRng::seed_from_u64(42)`` (docs/core-sim.md §7.4)."""
     if n < 0:
         raise ValueError("n must be non-negative")
     if num_groups <= 0:

@@ -1,4 +1,4 @@
-# KV-aware router of the replay (spec core-sim §6.5): a per-worker view of cached block
+# KV-aware router of the replay (docs/core-sim.md §6.5): a per-worker view of cached block
 # hashes fed by the workers' KV events, active-sequence tracking, the cost function.
 cimport cython
 from libcpp.vector cimport vector

@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""KV-aware router of the replay (spec core-sim §6.5).
+"""KV-aware router of the replay (docs/core-sim.md §6.5).
 
 For every worker the router knows which block hashes it holds (from the worker's own
 KV events, visible at the end of the pass that produced them, plus ``kv_event_lag_ms``)

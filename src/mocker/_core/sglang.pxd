@@ -1,4 +1,4 @@
-# One rank of the SGLang-style scheduler (spec core-sim §5): prefill and decode passes
+# One rank of the SGLang-style scheduler (docs/core-sim.md §5): prefill and decode passes
 # alternate, admission reserves output room with a decaying new-token ratio, memory
 # pressure retracts decodes, the prefix cache is a page radix tree.
 cimport cython

@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""One rank of the SGLang-style scheduler (spec core-sim §5).
+"""One rank of the SGLang-style scheduler (docs/core-sim.md §5).
 
 A pass is either a prefill batch (new requests and chunk continuations; running
 requests stall) or a decode batch over the running requests.  Admission reserves
@@ -652,7 +652,7 @@ cdef class SglangRank(Rank):
         return v if v < 1.0 else 1.0
 
 
-    # -- disaggregated handoff, destination first (spec core-sim §6.6; REFERENCE_NOTES) ----
+    # -- disaggregated handoff, destination first (docs/core-sim.md §6.6; REFERENCE_NOTES) ----
     cdef void _admit_activated(self, double now) noexcept nogil:
         """Decode worker: requests whose prompt KV arrived enter the running batch at the pass
         start, in activation order, while sequence slots are free (nothing to compute)."""

@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""Streaming statistics used by the replay report (spec §8, Appendix A.3/A.4).
+"""Streaming statistics used by the replay report (docs/core-sim.md §8, Appendix A.3/A.4).
 
 * ``Welford``: streaming mean / population variance with exact min/max (ITL statistics).
 * ``DDSketch``: ``ddsketchy``-compatible relative-error sketch (alpha = 0.001, 32768 bins per

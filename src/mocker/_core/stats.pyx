@@ -165,7 +165,7 @@ _EXACT_KEYS = ("mean", "min", "max", "median", "p75", "p90", "p95", "p99", "std"
 
 
 def summarize_exact(values):
-    """Report statistics of a per-request sample (§8): mean = left-to-right Σ/n; population std
+    """Report statistics of a per-request sample (docs/core-sim.md §8): mean = left-to-right Σ/n; population std
     by a second sequential pass, sqrt(Σ(x-mean)²/n); exact min/max; nearest-rank percentiles
     (A.4). All 0.0 for empty input.
 

@@ -1,4 +1,4 @@
-# Per-pass timing model (spec core-sim §2): polynomial / fixed formulas and the
+# Per-pass timing model (docs/core-sim.md §2): polynomial / fixed formulas and the
 # nanosecond quantization the reference applies through Rust's Duration.
 from libc.math cimport floor, fma
 from libc.stdint cimport int64_t

@@ -1,4 +1,4 @@
-# One rank of the vLLM-style scheduler (spec core-sim §3); `trtllm` shares it (§3.9).
+# One rank of the vLLM-style scheduler (docs/core-sim.md §3); `trtllm` shares it (docs/core-sim.md §3.9).
 cimport cython
 from libcpp.vector cimport vector
 from libcpp.deque cimport deque

@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""One rank of the vLLM-style continuous-batching scheduler (spec core-sim §3).
+"""One rank of the vLLM-style continuous-batching scheduler (docs/core-sim.md §3).
 
 ``step(now)`` runs one forward pass: schedules running requests then admits waiting
 ones under the token budget, allocates blocks (preempting on failure), times the
@@ -240,7 +240,7 @@ cdef class VllmRank(Rank):
         return need if need > 0 else 0
 
     cdef bint _prefill_chunk(self, rid_t r) noexcept nogil:
-        """A running request still in prefill (throttling, spec §3.8): more than the last
+        """A running request still in prefill (throttling, docs/core-sim.md §3.8): more than the last
         sampled token left to compute, or a prompt not yet sampled from -- a chunk leaving a
         single prompt token (budget not a multiple of the chunk) is a prefill continuation
         too, not a decode."""
@@ -266,7 +266,7 @@ cdef class VllmRank(Rank):
         self.b_pre = 0
         self.preempted_any = False
         if self.throttle and not self.capacity_bound:
-            # attention-DP prefill throttling (spec §3.8): a rank that is decoding holds its
+            # attention-DP prefill throttling (docs/core-sim.md §3.8): a rank that is decoding holds its
             # prefills back on passes off the prefill_schedule_interval
             for r in self.running:
                 if not self._prefill_chunk(r):
@@ -415,7 +415,7 @@ cdef class VllmRank(Rank):
         self.out.effect = (effect or self.out_emitted.size() > 0 or self.out_completed.size() > 0
                            or self.out_rejected.size() > 0 or self.out.preemptions > 0)
 
-    # -- disaggregated handoff (spec core-sim §6.6) --------------------------------------
+    # -- disaggregated handoff (docs/core-sim.md §6.6) --------------------------------------
     cdef bint reserve_destination(self, rid_t r, int64_t* missing_blocks) noexcept nogil:
         """Allocate the prompt's blocks here, reusing resident prefix blocks; False if no room."""
         cdef int64_t bs = self.bs, plen = self.t.prompt_len[r]

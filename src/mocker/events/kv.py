@@ -1,4 +1,4 @@
-"""KV-cache event values as the live engine emits them (spec live §4.1).
+"""KV-cache event values as the live engine emits them (docs/live.md §4.1).
 
 One ``KvEventBatch`` per rank per pass boundary; sinks receive whole batches.  The field
 names follow vLLM's ``vllm/distributed/kv_events.py`` so the ZMQ encoder maps them 1:1.
@@ -18,7 +18,7 @@ class StorageTier(Enum):
     EXTERNAL = "EXTERNAL"
 
 
-# Accepted spellings (case-insensitive), as Dynamo's decoder accepts them (spec live §4.1).
+# Accepted spellings (case-insensitive), as Dynamo's decoder accepts them (docs/live.md §4.1).
 _TIER_ALIASES: dict[str, StorageTier] = {
     **dict.fromkeys(("GPU", "DEVICE"), StorageTier.DEVICE),
     **dict.fromkeys(("CPU", "CPU_PINNED", "CPU_TIER1"), StorageTier.HOST_PINNED),

@@ -1,6 +1,6 @@
 """Live-mode metrics: scheduler snapshots, forward-pass metrics (FPM), native Prometheus families.
 
-Three consumers, three shapes (spec live §5):
+Three consumers, three shapes (docs/live.md §5):
 
 - ``MockerMetrics``: the per-rank scheduler snapshot the engine publishes at every pass boundary
   (a latest-value "watch"); the live layer feeds it to ``PrometheusMetrics.update``.
@@ -65,7 +65,7 @@ logger = logging.getLogger(__name__)
 
 
 # --------------------------------------------------------------------------------------------------
-# §5.1 scheduler snapshot
+# docs/live.md §5.1 scheduler snapshot
 # --------------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +94,7 @@ class MockerMetrics:
 
 
 # --------------------------------------------------------------------------------------------------
-# §5.2 forward-pass metrics
+# docs/live.md §5.2 forward-pass metrics
 # --------------------------------------------------------------------------------------------------
 
 FPM_TOPIC = "forward-pass-metrics"
@@ -135,7 +135,7 @@ _ZERO_SNAPSHOT = ForwardPassSnapshot()
 
 
 def encode_fpm(worker_id: str, dp_rank: int, counter_id: int, snap: ForwardPassSnapshot) -> bytes:
-    """Serialize one snapshot as Dynamo's ``ForwardPassMetrics`` msgpack map (spec §5.2).
+    """Serialize one snapshot as Dynamo's ``ForwardPassMetrics`` msgpack map (docs/live.md §5.2).
 
     Keys are strings (a map, not an array), integers stay integers and floats are float64, so
     a msgspec ``Struct`` decoder on the consumer side accepts it.  The queued sub-map reuses the
@@ -312,7 +312,7 @@ def _wake(waiter: "asyncio.Future[int] | None", reason: int) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# §5.3 native Prometheus metrics
+# docs/live.md §5.3 native Prometheus metrics
 # --------------------------------------------------------------------------------------------------
 
 VLLM_TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
@@ -481,7 +481,7 @@ def _count_prefix(queries: _Value, hits: _Value | None, prompt_tokens: int, cach
 
 
 class PrometheusMetrics:
-    """The engine-native Prometheus families of spec §5.3 for one engine (all its dp ranks).
+    """The engine-native Prometheus families of docs/live.md §5.3 for one engine (all its dp ranks).
 
     Series carry the served model's name as a label, so none exist until the model name is known
     (``set_model_name`` or ``request_timer(model_name=...)``); snapshots received before that are

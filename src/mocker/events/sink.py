@@ -1,4 +1,4 @@
-"""In-process KV-event sinks (spec live §4.1, §4.2).
+"""In-process KV-event sinks (docs/live.md §4.1, docs/live.md §4.2).
 
 Every sink implements ``KvEventSink``: ``publish(batch)`` is called from the engine's pass loop and
 must return promptly; ``close()`` is idempotent.  ``FanoutSink`` is the one the live layer wires
@@ -70,7 +70,7 @@ class FanoutSink:
 
     A sink whose ``publish`` raises is counted (``failures[i]`` per sink, ``failed_batches`` per
     batch with at least one failure) and logged with its traceback on its first failure only;
-    later batches are still offered to it (spec live §4.2, last bullet), so a sink that recovers
+    later batches are still offered to it (docs/live.md §4.2, last bullet), so a sink that recovers
     keeps receiving.  ``close()`` closes every sink, likewise swallowing (and logging) errors.
     """
 

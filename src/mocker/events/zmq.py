@@ -1,4 +1,4 @@
-"""vLLM-compatible KV-event publication over ZMQ (spec live §4.3, §4.4).
+"""vLLM-compatible KV-event publication over ZMQ (docs/live.md §4.3, docs/live.md §4.4).
 
 Two layers:
 

@@ -1,5 +1,5 @@
 """The execution context: a preprocessed LLM request in, a stream of ``LLMEngineOutput`` out
-(spec live §2, and the parts of the backend example engine of §6 it shares).
+(docs/live.md §2, and the parts of the backend example engine of docs/live.md §6 it shares).
 
 ``MockerContext`` owns one ``LiveEngine`` (all dp ranks, ``FullResponse`` buffering), its KV
 event publishers and its Prometheus families.  ``await ctx.generate(request, rctx)`` validates
@@ -7,7 +7,7 @@ and submits (errors are raised there, with the reference's texts) and returns an
 iterator of chunks that always ends with exactly one terminal chunk — length, cancelled or
 error — unless its consumer walked away first (the request is then cancelled).
 
-Not here yet: the disaggregated handoff over the bootstrap TCP protocol (spec §3).  Prefill and
+Not here yet: the disaggregated handoff over the bootstrap TCP protocol (docs/live.md §3).  Prefill and
 decode workers run without it: a prefill worker generates one token, stamps
 ``disaggregated_params`` and delays its terminal by the modeled KV transfer time; a decode
 worker requires a ``prefill_result``.
@@ -117,7 +117,7 @@ class MockerContext:
                  prometheus: bool = True, registry=None, fpm_sink=None, worker_id: str | None = None,
                  handout_lead: float | str = "auto"):
         """``fpm_sink(topic, payload)``: receives every forward-pass-metrics message (the msgpack
-        map of spec live §5.2 on topic ``forward-pass-metrics``, with idle heartbeats).
+        map of docs/live.md §5.2 on topic ``forward-pass-metrics``, with idle heartbeats).
         ``handout_lead``: as ``LiveEngine`` ("auto" centres each pass's hand-out on its modeled
         end; 0 never hands a token out early)."""
         check_handout_lead(handout_lead)

@@ -1,4 +1,4 @@
-"""LiveEngine: the compiled core on the wall clock (spec live §1).
+"""LiveEngine: the compiled core on the wall clock (docs/live.md §1).
 
 One asyncio task — the pass loop — owns the core.  Between passes it applies queued
 cancellations and submissions, picks the next pass start on the *modeled* clock, runs the pass
@@ -47,13 +47,13 @@ _FANOUT_SAMPLES = 33                 # the estimate: the upper quartile of this 
 
 
 class LiveEngineError(RuntimeError):
-    """A request the live engine refuses, or an engine that is not running (spec live §1.3)."""
+    """A request the live engine refuses, or an engine that is not running (docs/live.md §1.3)."""
 
 
 # -- values -----------------------------------------------------------------------------------
 @dataclass(slots=True)
 class DirectRequest:
-    """What the live layer submits (spec live §0)."""
+    """What the live layer submits (docs/live.md §0)."""
     tokens: Sequence[int] | np.ndarray
     max_output_tokens: int
     output_token_ids: Sequence[int] | None = None   # a planned output: its length wins
@@ -68,7 +68,7 @@ class DirectRequest:
 
 @dataclass(slots=True)
 class OutputSignal:
-    """One generated token, or a terminal (spec live §0)."""
+    """One generated token, or a terminal (docs/live.md §0)."""
     uuid: Any
     token_id: int | None
     completed: bool = False
@@ -154,7 +154,7 @@ class _Route:
 
 
 class Registration:
-    """A prepared, not yet submitted request (spec live §1.3 ``prepare_request``).  ``close()``
+    """A prepared, not yet submitted request (docs/live.md §1.3 ``prepare_request``).  ``close()``
     ("drop") removes the route and ends the paired stream."""
 
     def __init__(self, engine: "LiveEngine", route: _Route):

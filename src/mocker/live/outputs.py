@@ -1,4 +1,4 @@
-"""Stream chunk values the live layer returns to its callers (spec live §0).
+"""Stream chunk values the live layer returns to its callers (docs/live.md §0).
 
 ``LLMEngineOutput`` is one chunk of a generate stream; ``CompletionUsage`` its OpenAI-shaped
 token accounting.  Both are plain values: nothing here knows about the engine or asyncio.

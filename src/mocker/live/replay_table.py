@@ -1,4 +1,4 @@
-"""Response replay table: planned output tokens keyed by replay id (spec live §2.5).
+"""Response replay table: planned output tokens keyed by replay id (docs/live.md §2.5).
 
 A JSONL file, one row per line::
 
@@ -270,7 +270,7 @@ class ResponseReplayTable:
 
 def resolve_planned_tokens(table: ResponseReplayTable | None, key: str | None, *,
                            is_prefill: bool) -> list[int] | None:
-    """Spec §2.2 step 5: the plan for a request, or None (no key, no table, unknown key).
+    """Spec docs/live.md §2.2 step 5: the plan for a request, or None (no key, no table, unknown key).
 
     A prefill worker plans only the first token.  A key without a table, or a key the table
     lacks, logs a warning and falls back to no plan; it is never an error.

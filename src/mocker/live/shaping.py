@@ -1,13 +1,13 @@
-"""Pure output shaping for the execution context and the backend example (spec live §2, §6).
+"""Pure output shaping for the execution context and the backend example (docs/live.md §2, docs/live.md §6).
 
 Everything here is engine-independent and deterministic given its inputs (random tokens come
 from an injectable ``random.Random``):
 
-- token choice per output signal (§2.3): planned token, reasoning boundaries, random filler;
-- reasoning configuration and ``num_thinking_tokens`` (§2.6);
-- the token / terminal chunks of the execution context (§2.3, §2.4);
-- synthetic logprobs and the health-check payload of the backend example (§6);
-- native SGLang passthrough: ``extra_args.sglang_tito`` parsing and ``engine_data`` (§2.9).
+- token choice per output signal (docs/live.md §2.3): planned token, reasoning boundaries, random filler;
+- reasoning configuration and ``num_thinking_tokens`` (docs/live.md §2.6);
+- the token / terminal chunks of the execution context (docs/live.md §2.3, docs/live.md §2.4);
+- synthetic logprobs and the health-check payload of the backend example (docs/live.md §6);
+- native SGLang passthrough: ``extra_args.sglang_tito`` parsing and ``engine_data`` (docs/live.md §2.9).
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ __all__ = [
     "adapt_sglang_output",
 ]
 
-# -- token choice (§2.3) ------------------------------------------------------------------
+# -- token choice (docs/live.md §2.3) ------------------------------------------------------------------
 
 RANDOM_TOKEN_LOW = 1000          # random filler tokens are uniform in [LOW, HIGH)
 RANDOM_TOKEN_HIGH = 2000
@@ -133,7 +133,7 @@ class ReasoningConfig:
 
 
 class TokenShaper:
-    """Chooses the token id of each output signal of one request (§2.3).
+    """Chooses the token id of each output signal of one request (docs/live.md §2.3).
 
     - a planned request (replay table hit) emits the signal's token, or a random one when the
       signal carries none;
@@ -182,7 +182,7 @@ class TokenShaper:
         return self.token_count < self.effective_max
 
 
-# -- execution-context chunks (§2.3, §2.4) ------------------------------------------------
+# -- execution-context chunks (docs/live.md §2.3, docs/live.md §2.4) ------------------------------------------------
 
 PREFILL_DISAGGREGATED_PARAMS = "dummy"   # the JSON string a prefill worker stamps on tokens
 
@@ -206,7 +206,7 @@ def length_terminal(*, prompt_tokens: int, token_count: int,
     return out
 
 
-# -- backend example: synthetic logprobs, health check (§6) -------------------------------
+# -- backend example: synthetic logprobs, health check (docs/live.md §6) -------------------------------
 
 MAX_LOGPROBS = 20
 
@@ -268,7 +268,7 @@ def health_check_payload(decode_mode: bool) -> dict[str, Any]:
     return payload
 
 
-# -- native SGLang passthrough (§2.9) -----------------------------------------------------
+# -- native SGLang passthrough (docs/live.md §2.9) -----------------------------------------------------
 
 SGLANG_TITO_KEY = "sglang_tito"
 MAX_TOP_LOGPROBS = 20

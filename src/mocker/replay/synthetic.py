@@ -1,4 +1,4 @@
-"""Synthetic workload of ``run_mocker_synthetic_trace_replay`` (spec §7.4), as numpy columns.
+"""Synthetic workload of ``run_mocker_synthetic_trace_replay`` (docs/core-sim.md §7.4), as numpy columns.
 
 Facts established against ``ai-dynamo-runtime==1.6.1`` (black box):
 

@@ -1,4 +1,4 @@
-"""Mooncake / mooncake-delta JSONL traces → workload columns (spec core-sim §7.1, §7.2, §6.2).
+"""Mooncake / mooncake-delta JSONL traces → workload columns (docs/core-sim.md §7.1, docs/core-sim.md §7.2, docs/core-sim.md §6.2).
 
 Every row becomes one request (``rid`` = row order across the files).  Rows sharing a
 ``session_id`` are consecutive turns of one session; rows without one are sessions of
