@@ -89,6 +89,22 @@ def test_golden_scenarios_byte_identical(path, tmp_path, monkeypatch):
         assert len(got) == len(want)
 
 
+@pytest.mark.parametrize("name", ["pd_gated_retry_fuzz2123", "kvr_sessions_2", "sglang_sessions_delta_bs16",
+                                  "dp_synth_i3_rate", "max_sim_time_cut"])
+def test_same_file_as_report_jsonl_path(name, tmp_path, monkeypatch):
+    """The file today's report_jsonl_path writes, byte for byte."""
+    out = tmp_path / "report.jsonl"
+    golden = load(next(p for p in _PER_REQUEST if p.stem == name))
+    golden = dict(golden, kwargs=dict(golden["kwargs"], report_jsonl_path=str(out)))
+    cols, order, session_id, turn_index, cap, kw, recs = _capture(golden, tmp_path, monkeypatch)
+    path = tmp_path / "ours.jsonl"
+    idx, names, turns = _session_arrays(session_id, turn_index)
+    with open(path, "wb") as fh:
+        n = write_records(fh, cols, order, idx, names, turns, cap, **_build_kwargs(kw))
+    assert n == len(recs)
+    assert path.read_bytes() == out.read_bytes()
+
+
 # each variant of build_records is among the goldens above; check that it really is exercised
 @pytest.mark.parametrize("name, check", [
     ("fixed_timing", lambda c: c["kw"].get("dp_size", 1) == 1 and c["kw"].get("prefill_dp_size") is None
