@@ -18,9 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import mocker.replay.run as run_mod
+import mocker.replay.records as records_mod
 from mocker._core.records import format_float, write_records
-from mocker.replay.report import build_records
+from record_oracle import build_records
 
 from test_parity import _FILES, load, run_ours
 
@@ -58,17 +58,23 @@ def _build_kwargs(kw: dict) -> dict:
 
 
 def _capture(golden, tmp_path, monkeypatch):
-    """Run a golden scenario; return the arguments and output of its build_records call."""
+    """Run a golden scenario; return the arguments the replay gave the compiled writer (as
+    build_records takes them) and the oracle's records for them."""
     calls = []
+    real = records_mod._compiled_write
 
-    def spy(cols, order, session_id, turn_index, max_sim_time_ms=math.inf, **kw):
-        recs = build_records(cols, order, session_id, turn_index, max_sim_time_ms, **kw)
-        calls.append((cols, order, session_id, turn_index, max_sim_time_ms, kw, recs))
-        return recs
+    def spy(fh, cols, order, session_index, session_names, turn_index, max_sim_time_ms, progress=None, **kw):
+        if not calls:
+            session_id = [None if i < 0 else session_names[i] for i in session_index]
+            turns = [None if t < 0 else int(t) for t in turn_index]
+            recs = build_records(cols, order, session_id, turns, max_sim_time_ms, **kw)
+            calls.append((cols, order, session_id, turns, max_sim_time_ms, kw, recs))
+        return real(fh, cols, order, session_index, session_names, turn_index, max_sim_time_ms,
+                    progress=progress, **kw)
 
-    monkeypatch.setattr(run_mod, "build_records", spy)
+    monkeypatch.setattr(records_mod, "_compiled_write", spy)
     run_ours(golden, tmp_path)
-    assert len(calls) == 1
+    assert calls, "the replay wrote records"
     return calls[0]
 
 
