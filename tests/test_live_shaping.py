@@ -15,11 +15,9 @@ from mocker.live.outputs import U32_MAX, CompletionUsage, FinishReason, LLMEngin
 from mocker.live.replay_table import (ReplayTableError, ResponseReplayTable,
                                       effective_replay_key, replay_key,
                                       resolve_planned_tokens)
-from mocker.live.shaping import (HEALTH_CHECK_KEY, InvalidArgument, ReasoningConfig,
-                                 SglangLogprobOptions, SglangResponseMetadata, TokenShaper,
-                                 adapt_sglang_output, clamp_logprobs, health_check_payload,
-                                 length_terminal, num_thinking_tokens, parse_sglang_tito,
-                                 sglang_finish_reason, stamp_synthetic_logprobs, token_chunk)
+from mocker.live.shaping import (HEALTH_CHECK_KEY, ReasoningConfig, TokenShaper, clamp_logprobs,
+                                 health_check_payload, length_terminal, num_thinking_tokens,
+                                 stamp_synthetic_logprobs, token_chunk)
 
 
 def write_lines(tmp_path, lines, name="trace.jsonl"):
@@ -452,110 +450,3 @@ class TestBackendExample:
         assert HEALTH_CHECK_KEY == "_HEALTH_CHECK"
         dec["token_ids"].append(2)                      # every call builds a fresh payload
         assert health_check_payload(True)["token_ids"] == [1]
-
-
-# -- native SGLang passthrough (docs/live.md §2.9) -----------------------------------------------------
-
-class TestSglangPassthrough:
-    def test_only_native_requests_are_adapted(self):
-        assert parse_sglang_tito(None, "ctx", [1]) is None
-        assert parse_sglang_tito({"other_engine": {}}, "ctx", [1]) is None
-        assert parse_sglang_tito(["sglang_tito"], "ctx", [1]) is None
-
-    @pytest.mark.parametrize("payload", [7, None, [], "x", True])
-    def test_non_object_payload(self, payload):
-        with pytest.raises(InvalidArgument) as ei:
-            parse_sglang_tito({"sglang_tito": payload}, "ctx", [1])
-        assert isinstance(ei.value, ValueError)
-        assert str(ei.value).startswith("invalid extra_args.sglang_tito: ")
-
-    @pytest.mark.parametrize("payload,detail", [
-        ({"rid": 5}, "expected a string"),
-        ({"return_logprob": 1}, "expected a boolean"),
-        ({"top_logprobs_num": 1.0}, "expected i64"),
-        ({"top_logprobs_num": True}, "expected i64"),
-        ({"logprob_start_len": 2 ** 63}, "expected i64"),
-    ])
-    def test_bad_control_types(self, payload, detail):
-        with pytest.raises(InvalidArgument) as ei:
-            parse_sglang_tito({"sglang_tito": payload}, "ctx", [1])
-        assert str(ei.value).startswith("invalid extra_args.sglang_tito: ")
-        assert detail in str(ei.value)
-
-    @pytest.mark.parametrize("payload,msg", [
-        ({"top_logprobs_num": -1}, "top_logprobs_num must be between 0 and 20"),
-        ({"top_logprobs_num": 21}, "top_logprobs_num must be between 0 and 20"),
-        ({"logprob_start_len": -2}, "logprob_start_len must be -1 or greater"),
-    ])
-    def test_bad_logprob_controls(self, payload, msg):
-        with pytest.raises(InvalidArgument, match=msg):
-            parse_sglang_tito({"sglang_tito": payload}, "ctx", [1])
-
-    def test_rid_and_defaults(self):
-        m = parse_sglang_tito({"sglang_tito": {"rid": "resolved", "future": {"x": 1}}}, "ctx",
-                              [11, 12, 13])
-        assert m.request_id == "resolved" and m.prompt_tokens == 3
-        assert m.logprob_options == SglangLogprobOptions(False, 0, None)
-        m = parse_sglang_tito({"sglang_tito": {"rid": None, "return_logprob": None,
-                                               "top_logprobs_num": None,
-                                               "logprob_start_len": None}}, "ctx", [])
-        assert m.request_id == "ctx" and m.logprob_options == SglangLogprobOptions()
-
-    def test_finish_mapping(self):
-        assert sglang_finish_reason(None) is None
-        assert sglang_finish_reason(FinishReason.LENGTH) == {"type": "length"}
-        assert sglang_finish_reason(FinishReason.STOP) == {"type": "stop"}
-        assert sglang_finish_reason(FinishReason.EOS) == {"type": "stop"}
-        assert sglang_finish_reason(FinishReason.CANCELLED) == {
-            "type": "abort", "message": "request was cancelled"}
-        assert sglang_finish_reason(FinishReason.ERROR, "backend failed") == {
-            "type": "abort", "message": "backend failed"}
-        assert sglang_finish_reason(FinishReason.CONTENT_FILTER) == {
-            "type": "abort", "message": "generation stopped by content filter"}
-
-    def test_adapt_token_and_terminal(self):
-        m = parse_sglang_tito({"sglang_tito": {"rid": "request-1"}}, "ctx", [11, 12, 13])
-        tok = adapt_sglang_output(m, LLMEngineOutput(token_ids=[101]), 1)
-        assert tok.engine_data == {"sglang_response": {
-            "output_ids": [101],
-            "meta_info": {"id": "request-1", "finish_reason": None, "prompt_tokens": 3,
-                          "completion_tokens": 1}}}
-        # native mode: the final token itself carries Length (no separate terminal chunk)
-        last = LLMEngineOutput(token_ids=[102], finish_reason=FinishReason.LENGTH)
-        adapt_sglang_output(m, last, 2)
-        resp = last.engine_data["sglang_response"]
-        assert resp["output_ids"] == [102]
-        assert resp["meta_info"]["completion_tokens"] == 2
-        assert resp["meta_info"]["finish_reason"] == {"type": "length"}
-        for out, message in ((LLMEngineOutput.error("backend failed"), "backend failed"),
-                             (LLMEngineOutput.cancelled(), "request was cancelled")):
-            adapt_sglang_output(m, out, 0)
-            assert out.engine_data["sglang_response"]["output_ids"] == []
-            assert out.engine_data["sglang_response"]["meta_info"]["finish_reason"] == {
-                "type": "abort", "message": message}
-        json.dumps(last.to_dict())
-
-    def test_logprob_metadata(self):
-        m = parse_sglang_tito({"sglang_tito": {"return_logprob": True, "top_logprobs_num": 2,
-                                               "logprob_start_len": 1}}, "ctx", [10, 11, 12])
-        meta = m.response([42], 3, {"type": "length"})["meta_info"]
-        assert meta["output_token_logprobs"] == [[-0.1 * 3, 42, None]]
-        assert meta["output_top_logprobs"] == [[[-0.1 * 3, 42, None],
-                                                [-0.1 * 4 - 0.01, 43, None]]]
-        assert meta["input_token_logprobs"] == [[None, 11, None], [-0.1 * 3, 12, None]]
-        assert meta["input_top_logprobs"][0] is None
-        assert len(meta["input_top_logprobs"][1]) == 2
-        # prompt logprobs belong to the terminal only
-        assert "input_token_logprobs" not in m.response([42], 1, None)["meta_info"]
-
-    def test_logprob_metadata_defaults(self):
-        m = parse_sglang_tito({"sglang_tito": {}}, "ctx", [10])
-        assert "output_token_logprobs" not in m.response([42], 1, None)["meta_info"]
-        m = parse_sglang_tito({"sglang_tito": {"return_logprob": True}}, "ctx", [10])
-        meta = m.response([42], 1, {"type": "length"})["meta_info"]
-        assert "output_token_logprobs" in meta
-        assert "output_top_logprobs" not in meta and "input_token_logprobs" not in meta
-
-    def test_prompt_start_past_the_end(self):
-        m = SglangResponseMetadata("r", [1, 2], SglangLogprobOptions(True, 0, 9))
-        assert m.response([], 0, {"type": "length"})["meta_info"]["input_token_logprobs"] == []

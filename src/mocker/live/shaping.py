@@ -6,8 +6,7 @@ from an injectable ``random.Random``):
 - token choice per output signal (docs/live.md §2.3): planned token, reasoning boundaries, random filler;
 - reasoning configuration and ``num_thinking_tokens`` (docs/live.md §2.6);
 - the token / terminal chunks of the execution context (docs/live.md §2.3, docs/live.md §2.4);
-- synthetic logprobs and the health-check payload of the backend example (docs/live.md §6);
-- native SGLang passthrough: ``extra_args.sglang_tito`` parsing and ``engine_data`` (docs/live.md §2.9).
+- synthetic logprobs and the health-check payload of the backend example (docs/live.md §6).
 """
 from __future__ import annotations
 
@@ -15,11 +14,10 @@ import json
 import math
 import random
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 from mocker.config import ConfigError
-from mocker.live.outputs import (U32_MAX, CompletionUsage, FinishReason, LLMEngineOutput,
-                                 TopLogprob)
+from mocker.live.outputs import U32_MAX, CompletionUsage, LLMEngineOutput, TopLogprob
 
 __all__ = [
     "RANDOM_TOKEN_LOW", "RANDOM_TOKEN_HIGH", "random_token",
@@ -27,9 +25,6 @@ __all__ = [
     "PREFILL_DISAGGREGATED_PARAMS", "token_chunk", "length_terminal",
     "MAX_LOGPROBS", "clamp_logprobs", "synthetic_logprobs", "stamp_synthetic_logprobs",
     "HEALTH_CHECK_KEY", "health_check_payload",
-    "InvalidArgument", "SGLANG_TITO_KEY", "MAX_TOP_LOGPROBS", "SglangLogprobOptions",
-    "SglangResponseMetadata", "parse_sglang_tito", "sglang_finish_reason",
-    "adapt_sglang_output",
 ]
 
 # -- token choice (docs/live.md §2.3) ------------------------------------------------------------------
@@ -266,185 +261,3 @@ def health_check_payload(decode_mode: bool) -> dict[str, Any]:
         payload["prefill_result"] = {"disaggregated_params": {}}
     payload[HEALTH_CHECK_KEY] = True
     return payload
-
-
-# -- native SGLang passthrough (docs/live.md §2.9) -----------------------------------------------------
-
-SGLANG_TITO_KEY = "sglang_tito"
-MAX_TOP_LOGPROBS = 20
-_I64_MIN, _I64_MAX = -2 ** 63, 2 ** 63 - 1
-
-
-class InvalidArgument(ValueError):
-    """A request the engine refuses because of one of its arguments."""
-
-
-@dataclass(frozen=True, slots=True)
-class SglangLogprobOptions:
-    return_logprob: bool = False
-    top_logprobs_num: int = 0
-    prompt_start: int | None = None      # None is SGLang's -1: no prompt logprobs
-
-    @classmethod
-    def from_controls(cls, return_logprob: bool, top_logprobs_num: int,
-                      logprob_start_len: int) -> SglangLogprobOptions:
-        if not 0 <= top_logprobs_num <= MAX_TOP_LOGPROBS:
-            raise InvalidArgument(f"top_logprobs_num must be between 0 and {MAX_TOP_LOGPROBS}")
-        if logprob_start_len < -1:
-            raise InvalidArgument("logprob_start_len must be -1 or greater")
-        return cls(bool(return_logprob), top_logprobs_num,
-                   logprob_start_len if logprob_start_len >= 0 else None)
-
-
-def _selected_logprob(token_id: int) -> float:
-    return -0.1 * float((token_id % 10) + 1)
-
-
-def _logprob_entry(token_id: int) -> list[Any]:
-    return [_selected_logprob(token_id), token_id, None]
-
-
-def _top_logprob_entries(token_id: int, count: int) -> list[list[Any]]:
-    out = []
-    for offset in range(count):
-        candidate = min(token_id + offset, U32_MAX)          # u32 saturating_add
-        out.append([_selected_logprob(candidate) - float(offset) * 0.01, candidate, None])
-    return out
-
-
-class SglangResponseMetadata:
-    """Per-request state for wrapping chunks in native SGLang ``/generate`` responses."""
-
-    __slots__ = ("request_id", "prompt_tokens", "prompt_logprob_tokens", "logprob_options")
-
-    def __init__(self, request_id: str, prompt_token_ids: Sequence[int],
-                 logprob_options: SglangLogprobOptions | None = None):
-        opts = logprob_options if logprob_options is not None else SglangLogprobOptions()
-        self.request_id = request_id
-        self.prompt_tokens = len(prompt_token_ids)
-        self.logprob_options = opts
-        # the requested prompt slice, kept only when prompt logprobs are wanted
-        self.prompt_logprob_tokens: list[int] | None = None
-        if opts.return_logprob and opts.prompt_start is not None:
-            start = min(opts.prompt_start, len(prompt_token_ids))
-            self.prompt_logprob_tokens = list(prompt_token_ids[start:])
-
-    def meta_info(self, output_ids: Sequence[int], completion_tokens: int,
-                  finish_reason: dict[str, Any] | None) -> dict[str, Any]:
-        meta: dict[str, Any] = {
-            "id": self.request_id,
-            "finish_reason": finish_reason,
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": completion_tokens,
-        }
-        opts = self.logprob_options
-        if opts.return_logprob:
-            meta["output_token_logprobs"] = [_logprob_entry(t) for t in output_ids]
-            if opts.top_logprobs_num > 0:
-                meta["output_top_logprobs"] = [_top_logprob_entries(t, opts.top_logprobs_num)
-                                               for t in output_ids]
-            if finish_reason is not None:                  # prompt logprobs: terminal only
-                self._insert_prompt_logprobs(meta)
-        return meta
-
-    def _insert_prompt_logprobs(self, meta: dict[str, Any]) -> None:
-        prompt = self.prompt_logprob_tokens
-        if prompt is None:
-            return
-        k = self.logprob_options.top_logprobs_num
-        token_lps: list[Any] = []
-        top_lps: list[Any] = []
-        if prompt:
-            # the first prompt token keeps its id but has no logprob (nothing predicts it)
-            token_lps.append([None, prompt[0], None])
-            token_lps.extend(_logprob_entry(t) for t in prompt[1:])
-            if k > 0:
-                top_lps.append(None)
-                top_lps.extend(_top_logprob_entries(t, k) for t in prompt[1:])
-        meta["input_token_logprobs"] = token_lps
-        if k > 0:
-            meta["input_top_logprobs"] = top_lps
-
-    def response(self, output_ids: Sequence[int], completion_tokens: int,
-                 finish_reason: dict[str, Any] | None) -> dict[str, Any]:
-        return {"output_ids": list(output_ids),
-                "meta_info": self.meta_info(output_ids, completion_tokens, finish_reason)}
-
-
-def _control(value: Any, kind: str) -> Any:
-    if value is None:
-        return None
-    if kind == "string":
-        if isinstance(value, str):
-            return value
-        raise ValueError(f"invalid type: {serde_type_name(value)}, expected a string")
-    if kind == "bool":
-        if isinstance(value, bool):
-            return value
-        raise ValueError(f"invalid type: {serde_type_name(value)}, expected a boolean")
-    # i64
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"invalid type: {serde_type_name(value)}, expected i64")
-    if not _I64_MIN <= value <= _I64_MAX:
-        raise ValueError(f"invalid value: integer `{value}`, expected i64")
-    return value
-
-
-def parse_sglang_tito(extra_args: Any, fallback_request_id: str,
-                      prompt_token_ids: Sequence[int]) -> SglangResponseMetadata | None:
-    """Response metadata of a native SGLang request, or None for an ordinary request.
-
-    A request is native when ``extra_args`` is an object holding ``sglang_tito``.  The
-    payload's known controls are ``rid``, ``return_logprob``, ``top_logprobs_num`` and
-    ``logprob_start_len`` (null -> the defaults None/False/0/-1); others are ignored.
-    A malformed payload raises :class:`InvalidArgument`.  Without ``rid`` the response
-    uses ``fallback_request_id`` (the context id).
-    """
-    if not isinstance(extra_args, Mapping) or SGLANG_TITO_KEY not in extra_args:
-        return None
-    payload = extra_args[SGLANG_TITO_KEY]
-    if not isinstance(payload, Mapping):
-        raise InvalidArgument(f"invalid extra_args.{SGLANG_TITO_KEY}: invalid type: "
-                              f"{serde_type_name(payload)}, expected struct NativeControls")
-    try:
-        rid = _control(payload.get("rid"), "string")
-        return_logprob = _control(payload.get("return_logprob"), "bool")
-        top_n = _control(payload.get("top_logprobs_num"), "i64")
-        start = _control(payload.get("logprob_start_len"), "i64")
-    except ValueError as exc:
-        raise InvalidArgument(f"invalid extra_args.{SGLANG_TITO_KEY}: {exc}") from None
-    options = SglangLogprobOptions.from_controls(
-        bool(return_logprob) if return_logprob is not None else False,
-        top_n if top_n is not None else 0,
-        start if start is not None else -1)
-    return SglangResponseMetadata(rid if rid is not None else fallback_request_id,
-                                  prompt_token_ids, options)
-
-
-def sglang_finish_reason(reason: FinishReason | None,
-                         error_message: str | None = None) -> dict[str, Any] | None:
-    """The native ``meta_info.finish_reason`` of a canonical finish reason."""
-    if reason is None:
-        return None
-    if reason is FinishReason.LENGTH:
-        return {"type": "length"}
-    if reason in (FinishReason.STOP, FinishReason.EOS):
-        return {"type": "stop"}
-    if reason is FinishReason.CANCELLED:
-        return {"type": "abort", "message": "request was cancelled"}
-    if reason is FinishReason.ERROR:
-        return {"type": "abort", "message": error_message if error_message is not None else ""}
-    return {"type": "abort", "message": "generation stopped by content filter"}
-
-
-def adapt_sglang_output(metadata: SglangResponseMetadata, output: LLMEngineOutput,
-                        completion_tokens: int) -> LLMEngineOutput:
-    """Wrap one canonical chunk: sets ``engine_data = {"sglang_response": ...}``.
-
-    ``completion_tokens`` is cumulative (tokens generated so far).  Returns ``output``.
-    """
-    response = metadata.response(
-        output.token_ids, completion_tokens,
-        sglang_finish_reason(output.finish_reason, output.error_message))
-    output.engine_data = {"sglang_response": response}
-    return output

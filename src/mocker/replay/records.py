@@ -33,6 +33,7 @@ class OutputFile:
                                             dir=parent)
         except OSError as exc:
             raise OutputError(f"{what} {self.path}: {exc.strerror or exc}") from None
+        os.fchmod(fd, 0o666 & ~_umask())          # as open() would create it (mkstemp: 0600)
         self.fh = os.fdopen(fd, "wb")
 
     def commit(self) -> None:
@@ -52,6 +53,18 @@ class OutputFile:
             os.unlink(self.tmp)
         except OSError:
             pass
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it (Linux), else the common 022."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
 
 
 def _record_args(sim, cap: float) -> dict:

@@ -308,7 +308,6 @@ def build_synthetic_workload(
     else:
         shared = 0
         groups = np.full(n_sess, -1, dtype=np.int64)
-    n_unique = nb - shared
 
     return SyntheticWorkload(
         session_id=session_id, turn_index=turn_index, arrival_ms=arrival_ms,
