@@ -123,16 +123,3 @@ def _route(pool: str, sid: int, dp: int, overlap_tokens: int) -> dict:
             "reported_overlap_tokens": overlap_tokens, "selected_overlap_blocks": None,
             "best_available_overlap_blocks": None, "overlap_regret_blocks": None,
             "placement_replica_id": None}
-
-
-_POOLS = {0: "agg", 1: "prefill", 2: "decode"}
-_HANDOFF_KEYS = ("prefill_admit_ms", "source_held_ms", "destination_reserved_ms", "destination_activated_ms",
-                 "decode_admit_ms", "source_released_ms")
-
-
-def _route(pool: str, sid: int, dp: int, overlap_tokens: int) -> dict:
-    return {"pool": pool, "outcome": "immediate", "queue_entered_at_ms": None, "released_at_ms": None,
-            "queue_wait_ms": 0.0, "logical_worker_id": sid // dp, "scheduler_id": sid, "dp_rank": sid % dp,
-            "reported_overlap_tokens": overlap_tokens, "selected_overlap_blocks": None,
-            "best_available_overlap_blocks": None, "overlap_regret_blocks": None,
-            "placement_replica_id": None}

@@ -92,16 +92,18 @@ def test_requests_without_a_rank_rotate_over_ranks():
 
 def test_prefill_worker_delays_its_terminal_by_the_transfer_time():
     async def main():
-        ctx = await started(cfg(worker_type="prefill", kv_transfer_bytes_per_token=25_000_000,
+        ctx = await started(cfg(worker_type="prefill", kv_transfer_bytes_per_token=250_000_000,
                                 kv_transfer_bandwidth=1.0))
         t0 = time.monotonic()
         s = await ctx.generate(PreprocessedRequest(token_ids=[1, 2, 3, 4]))
         first = await s.__anext__()
         assert len(first.token_ids) == 1 and first.finish_reason is None
         assert first.disaggregated_params == "dummy"
-        assert time.monotonic() - t0 < 0.099
+        t_first = time.monotonic() - t0
         term = await s.__anext__()
-        assert time.monotonic() - t0 >= 0.1                    # 4 × 25 MB at 1 GB/s = 100 ms
+        t_term = time.monotonic() - t0
+        assert t_term >= 1.0                                   # 4 × 250 MB at 1 GB/s = 1 s
+        assert t_first < t_term - 0.5                          # the first token does not wait for it
         assert term.finish_reason == FinishReason.LENGTH and term.token_ids == []
         with pytest.raises(StopAsyncIteration):
             await s.__anext__()

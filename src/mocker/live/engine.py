@@ -419,7 +419,6 @@ class LiveEngine:
         await asyncio.shield(self._shutdown_result)
 
     async def _shutdown(self) -> None:
-        was = self._state
         self._state = "stopping"
         err: BaseException | None = None
         if self._task is not None:
@@ -453,8 +452,6 @@ class LiveEngine:
             self._metrics_changed.set()
         if err is not None:
             raise err
-        if was == "new":
-            return
 
     # -- the pass loop -----------------------------------------------------------------------
     async def _run(self) -> None:
