@@ -1,6 +1,6 @@
 """Time mocker and the reference side by side on the flagship workloads; print the ratios.
 
-    python benchmarks/compare_reference.py --reference-python /work/refvenv/bin/python
+    python benchmarks/compare_reference.py --reference-python /tmp/refvenv/bin/python
     python benchmarks/compare_reference.py --reference-python ... --engine '{"engine": {"backend": "sglang"}}'
     python benchmarks/compare_reference.py --reference-python ... --suite kv_router
 

@@ -4,7 +4,7 @@
 Run it with the *reference* venv's python; our package is run in a separate
 process by another interpreter (where ``mocker`` is installed)::
 
-    /work/refvenv/bin/python tools/diff_fuzz.py --seed 1 --iterations 500 \\
+    /tmp/refvenv/bin/python tools/diff_fuzz.py --seed 1 --iterations 500 \\
         --ours-python python3 --backend mix --out /tmp/fuzz-repros
 
 Each iteration draws a random workload (trace with shared prefixes, sessions,

@@ -4,9 +4,9 @@
 Run with the *reference* virtual environment's interpreter (it needs
 ``ai-dynamo-runtime==1.6.1`` importable as ``dynamo._core``)::
 
-    /work/refvenv/bin/python tools/make_goldens.py            # all scenarios
-    /work/refvenv/bin/python tools/make_goldens.py --only r1_single r9_tiny
-    /work/refvenv/bin/python tools/make_goldens.py --list
+    /tmp/refvenv/bin/python tools/make_goldens.py            # all scenarios
+    /tmp/refvenv/bin/python tools/make_goldens.py --only r1_single r9_tiny
+    /tmp/refvenv/bin/python tools/make_goldens.py --list
 
 For every scenario it writes ``tests/golden/<name>.json``::
 
