@@ -27,3 +27,17 @@ def test_no_python_fallback_modules_shipped():
     core_dir = pathlib.Path(core.__file__).parent
     for name in core.EXTENSION_MODULES:
         assert not (core_dir / f"{name}.py").exists()
+
+
+def test_every_built_module_is_listed_once():
+    """EXTENSION_MODULES is the single list: CMake builds exactly these, nothing unlisted."""
+    core_dir = pathlib.Path(core.__file__).parent
+    built = {p.name.split(".")[0] for p in core_dir.iterdir()
+             if p.name.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))}
+    assert built == set(core.EXTENSION_MODULES)
+    assert len(set(core.EXTENSION_MODULES)) == len(core.EXTENSION_MODULES)
+
+
+def test_version_is_the_distribution_version():
+    from importlib.metadata import version
+    assert version("llm-mocker") == mocker.__version__
