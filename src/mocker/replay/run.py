@@ -67,7 +67,17 @@ def _replay(opts: Options, topology: Topology, make_workload, t0: float, what: s
         if jsonl is not None:
             jsonl.discard()
         raise
-    return ReplayResult(summary, records, outcome, f"{what} on {topology.describe()}")
+    return ReplayResult(summary, records, outcome, f"{what} ({_sizes(workload)}) on {topology.describe()}")
+
+
+def _sizes(w: Workload) -> str:
+    """The workload's size in a few words: requests and prompt lengths."""
+    if w.n == 0:
+        return "no requests"
+    lo, hi = int(w.input_length.min()), int(w.input_length.max())
+    prompts = f"{lo}" if lo == hi else f"{lo}-{hi}"
+    kind = "new input" if w.delta else "prompt"
+    return f"{w.n} requests, {kind} {prompts} tokens"
 
 
 def _summarize(sim: Simulation, opts: Options, cap: float, wall_ms: float) -> tuple[dict, dict]:
@@ -136,7 +146,7 @@ def run_synthetic_trace_replay(input_tokens: int, output_tokens: int, request_co
         arrivals = f"{v['request_rate']:g} req/s (seed {v['arrival_seed']})"
     else:
         arrivals = f"every {v['arrival_interval_ms']} ms"
-    what = f"synthetic {request_count} x {input_tokens}/{output_tokens} tokens, {arrivals}"
+    what = f"synthetic {input_tokens}/{output_tokens} tokens, {arrivals}"
     return _replay(opts, topology, build, t0, what)
 
 
