@@ -42,6 +42,7 @@ CASES = {
                                ["g.jsonl: trace line 2: not valid UTF-8"]),
     "D7 missing trace": (lambda t: ["replay", str(t / "missing.jsonl")],
                          ["failed to open trace file", "missing.jsonl: No such file or directory"]),
+    "unreadable trace": (lambda t: ["replay", "/proc/self/mem"], ["/proc/self/mem: trace line 1: cannot read: Input/output error"]),
     "D7 trace is a directory": (lambda t: ["replay", str(t)], ["failed to open trace file", "Is a directory"]),
     "D4 output_length 1e20": (lambda t: ["replay", _file(t, "t.jsonl", ROW.replace('"output_length": 2', '"output_length": 1e20') + "\n")],
                               ["trace line 1", "output_length", "more than a request can hold"]),

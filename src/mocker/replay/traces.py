@@ -96,7 +96,7 @@ def load_mooncake(paths, trace_block_size: int = 512, trace_format: str = "moonc
     for path, (fh, _size) in zip(paths, handles):
         rows_in_file = 0
         with fh:
-            for lineno, raw in enumerate(fh, 1):
+            for lineno, raw in enumerate(_lines(fh, path), 1):
                 done_bytes += len(raw)
                 try:
                     line = raw.decode("utf-8")
@@ -248,6 +248,20 @@ def load_mooncake(paths, trace_block_size: int = 512, trace_format: str = "moonc
         session_names=session_names,
         delta=delta,
     )
+
+
+def _lines(fh, path: str):
+    """The file's lines; a read error names the file and the line it stopped at."""
+    lineno = 0
+    while True:
+        try:
+            raw = fh.readline()
+        except OSError as exc:
+            raise TraceError(f"{path}: trace line {lineno + 1}: cannot read: {exc.strerror or exc}") from None
+        if not raw:
+            return
+        lineno += 1
+        yield raw
 
 
 def _open_trace(path: str):
