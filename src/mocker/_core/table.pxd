@@ -89,6 +89,7 @@ cdef class ReqTable:
     cdef void record_admission(self, rid_t r, double now, int64_t reused) noexcept nogil
     cdef void record_decode_admission(self, rid_t r, double now) noexcept nogil
     cdef void forget_tokens(self, rid_t r) noexcept nogil
+    cdef object _column(self, str name)
 
 
 cdef inline hash_t mix64(hash_t x) noexcept nogil:

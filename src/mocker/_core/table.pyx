@@ -310,36 +310,67 @@ cdef class ReqTable:
         self.itl_buf[r].clear()
         self.max_out[r] = self.req_out[r]
 
-    def columns(self):
-        """Copy the per-request columns out as numpy arrays (once per run)."""
-        return {
-            "arrival_time_ms": _f64(self.arrival.data(), self.arrival.size()),
-            "input_length": _i64(self.prompt_len.data(), self.prompt_len.size()),
-            "requested_output_length": _i64(self.req_out.data(), self.req_out.size()),
-            "status": _i8(self.status.data(), self.status.size()),
-            "worker": _i32(self.worker.data(), self.worker.size()),
-            "first_admit_ms": _f64(self.first_admit.data(), self.first_admit.size()),
-            "first_token_ms": _f64(self.first_token.data(), self.first_token.size()),
-            "second_token_ms": _f64(self.second_token.data(), self.second_token.size()),
-            "last_token_ms": _f64(self.last_token.data(), self.last_token.size()),
-            "terminal_time_ms": _f64(self.terminal_time.data(), self.terminal_time.size()),
-            "output_length": _i64(self.out_tokens.data(), self.out_tokens.size()),
-            "reused_first": _i64(self.reused_first.data(), self.reused_first.size()),
-            "reused_max": _i64(self.reused_max.data(), self.reused_max.size()),
-            "reused_dec": _i64(self.reused_dec.data(), self.reused_dec.size()),
-            "admissions": _i32(self.admissions.data(), self.admissions.size()),
-            "adm_rid": _i32(self.adm_rid.data(), self.adm_rid.size()),
-            "adm_at": _f64(self.adm_at.data(), self.adm_at.size()),
-            "adm_reused": _i64(self.adm_reused.data(), self.adm_reused.size()),
-            "adm_pool": _i8(self.adm_pool.data(), self.adm_pool.size()),
-            "prefill_worker": _i32(self.prefill_worker.data(), self.prefill_worker.size()),
-            "prefill_admit_ms": _f64(self.prefill_admit.data(), self.prefill_admit.size()),
-            "source_held_ms": _f64(self.source_held.data(), self.source_held.size()),
-            "destination_reserved_ms": _f64(self.dest_reserved.data(), self.dest_reserved.size()),
-            "destination_activated_ms": _f64(self.dest_activated.data(), self.dest_activated.size()),
-            "decode_admit_ms": _f64(self.decode_admit.data(), self.decode_admit.size()),
-            "source_released_ms": _f64(self.source_released.data(), self.source_released.size()),
-        }
+    def columns(self, names=None):
+        """Copy the per-request columns out as numpy arrays (all, or those in ``names``)."""
+        out = {}
+        for name in (_COLUMNS if names is None else names):
+            out[name] = self._column(name)
+        return out
+
+    cdef object _column(self, str name):
+        if name == "arrival_time_ms":
+            return _f64(self.arrival.data(), self.arrival.size())
+        elif name == "input_length":
+            return _i64(self.prompt_len.data(), self.prompt_len.size())
+        elif name == "requested_output_length":
+            return _i64(self.req_out.data(), self.req_out.size())
+        elif name == "status":
+            return _i8(self.status.data(), self.status.size())
+        elif name == "worker":
+            return _i32(self.worker.data(), self.worker.size())
+        elif name == "first_admit_ms":
+            return _f64(self.first_admit.data(), self.first_admit.size())
+        elif name == "first_token_ms":
+            return _f64(self.first_token.data(), self.first_token.size())
+        elif name == "second_token_ms":
+            return _f64(self.second_token.data(), self.second_token.size())
+        elif name == "last_token_ms":
+            return _f64(self.last_token.data(), self.last_token.size())
+        elif name == "terminal_time_ms":
+            return _f64(self.terminal_time.data(), self.terminal_time.size())
+        elif name == "output_length":
+            return _i64(self.out_tokens.data(), self.out_tokens.size())
+        elif name == "reused_first":
+            return _i64(self.reused_first.data(), self.reused_first.size())
+        elif name == "reused_max":
+            return _i64(self.reused_max.data(), self.reused_max.size())
+        elif name == "reused_dec":
+            return _i64(self.reused_dec.data(), self.reused_dec.size())
+        elif name == "admissions":
+            return _i32(self.admissions.data(), self.admissions.size())
+        elif name == "adm_rid":
+            return _i32(self.adm_rid.data(), self.adm_rid.size())
+        elif name == "adm_at":
+            return _f64(self.adm_at.data(), self.adm_at.size())
+        elif name == "adm_reused":
+            return _i64(self.adm_reused.data(), self.adm_reused.size())
+        elif name == "adm_pool":
+            return _i8(self.adm_pool.data(), self.adm_pool.size())
+        elif name == "prefill_worker":
+            return _i32(self.prefill_worker.data(), self.prefill_worker.size())
+        elif name == "prefill_admit_ms":
+            return _f64(self.prefill_admit.data(), self.prefill_admit.size())
+        elif name == "source_held_ms":
+            return _f64(self.source_held.data(), self.source_held.size())
+        elif name == "destination_reserved_ms":
+            return _f64(self.dest_reserved.data(), self.dest_reserved.size())
+        elif name == "destination_activated_ms":
+            return _f64(self.dest_activated.data(), self.dest_activated.size())
+        elif name == "decode_admit_ms":
+            return _f64(self.decode_admit.data(), self.decode_admit.size())
+        elif name == "source_released_ms":
+            return _f64(self.source_released.data(), self.source_released.size())
+        raise KeyError(f"no request-table column {name!r}")
 
     def set_prompt(self, rid_t r, token_ids, int64_t max_output_tokens):
         """Set request ``r``'s prompt from token ids (consecutive equal ids are run-length merged)."""
@@ -401,6 +432,9 @@ cdef object _i8(const int8_t* p, size_t n):
     if n:
         memcpy(&m[0], p, n * sizeof(int8_t))
     return out
+
+
+_COLUMNS = ("arrival_time_ms", "input_length", "requested_output_length", "status", "worker", "first_admit_ms", "first_token_ms", "second_token_ms", "last_token_ms", "terminal_time_ms", "output_length", "reused_first", "reused_max", "reused_dec", "admissions", "adm_rid", "adm_at", "adm_reused", "adm_pool", "prefill_worker", "prefill_admit_ms", "source_held_ms", "destination_reserved_ms", "destination_activated_ms", "decode_admit_ms", "source_released_ms")
 
 
 # -- the table's codes for Python code (the single source is the enums in table.pxd) -------

@@ -51,7 +51,8 @@ def _replay(opts: Options, topology: Topology, make_workload, t0: float, what: s
     try:
         workload: Workload = make_workload()
         sim = run_simulation(workload, topology, concurrency=opts.replay_concurrency,
-                             max_sim_time_ms=opts.max_sim_time_ms, progress=opts.progress)
+                             max_sim_time_ms=opts.max_sim_time_ms, progress=opts.progress,
+                             release_workload=True)
         wall_ms = (time.perf_counter() - t0) * 1000.0
         cap = math.inf if opts.max_sim_time_ms is None else float(opts.max_sim_time_ms)
         summary, outcome = _summarize(sim, opts, cap, wall_ms)
@@ -82,9 +83,11 @@ def _sizes(w: Workload) -> str:
 
 def _summarize(sim: Simulation, opts: Options, cap: float, wall_ms: float) -> tuple[dict, dict]:
     core, topo, n = sim.core, sim.topology, sim.workload.n
-    cols = sim.table.columns()
     order = np.asarray(core.arrival_order(), dtype=np.int64)
-    ordered = {k: (v[order] if k in _PER_REQ and v.shape[0] == n else v) for k, v in cols.items()}
+    ordered = {}
+    for k in _PER_REQ:                     # one column at a time: the unordered copy is dropped
+        v = sim.table.columns((k,))[k]
+        ordered[k] = v[order] if v.shape[0] == n else v
     tp = topo.config["tensor_parallel_size"] * topo.config["dp_size"]
     pools: dict[str, Any] = dict(num_workers=topo.num_workers, gpus_per_worker=tp)
     if topo.decode_config is not None:
@@ -98,7 +101,7 @@ def _summarize(sim: Simulation, opts: Options, cap: float, wall_ms: float) -> tu
                             sim_end_ms=core.now_ms, wall_time_ms=wall_ms, itl=core.itl_summary(),
                             tput=core.throughput_summary(), max_sim_time_ms=cap, sla=sla, **pools)
     max_len = (topo.decode_config or topo.config)["engine"]["max_model_len"]
-    outcome = build_outcome(cols, cap, core.arrived, max_len)
+    outcome = build_outcome(ordered, cap, core.arrived, max_len)
     return summary, outcome
 
 

@@ -32,15 +32,21 @@ class Simulation:
 
 
 def run_simulation(workload: Workload, topology: Topology, *, concurrency: int | None = None,
-                   max_sim_time_ms: float | None = None,
-                   progress: ProgressFn | None = None) -> Simulation:
-    """Run the event loop over ``workload`` until every request is terminal or time is up."""
+                   max_sim_time_ms: float | None = None, progress: ProgressFn | None = None,
+                   release_workload: bool = False) -> Simulation:
+    """Run the event loop over ``workload`` until every request is terminal or time is up.
+
+    ``release_workload``: drop the workload's columns once the core has copied them (the
+    replay entry points do: they build the workload for this run only).
+    """
     table = ReqTable(workload.n, topology.block_size)
     ranks, kv_router, disagg = topology.build(table)
     cap = math.inf if max_sim_time_ms is None else float(max_sim_time_ms)
     cfg = topology.config
     core = ReplayCore(table, ranks, workload.columns(), concurrency or 0, cap, workload.delta, kv_router,
                       cfg["dp_size"], cfg["engine"]["prefill_schedule_interval"], disagg)
+    if release_workload:
+        workload.release_columns()
     last_report = time.perf_counter()
     while True:
         fin = core.advance(_SLICE_PASSES)
