@@ -814,6 +814,31 @@ FUZZ2253_LINES = [
     line(413, 1, 21, [4000000], session_id="s5"),
     line(316, 13145, 1, list(range(1276, 1482))),
 ]
+# fuzz case 922049/78 (shrunk; dp 2 SGLang, polynomial timing, chunk 2 per rank, interval 1): on rank 1
+# the 1-token last chunk of a 2634-token prompt (prefix 2633), a fully cached 235-token zero-output
+# turn and a 1-token first chunk of a 2-token prompt form one batch whose mean prompt and mean prefix
+# floor to the same value, so it takes no time; it computed prompt tokens all the same, so the next
+# pass is the interval's decode round (we ran the 2-token prompt's last chunk first)
+FUZZ922049_LINES = [
+    '{"timestamp": 1000, "input_length": 1869, "output_length": 0, "hash_ids": [10, 11, 12, 13]}',
+    '{"timestamp": 1710, "session_id": "s0", "input_length": 2915, "output_length": 0, "hash_ids": [17, 18, 19, 20, 21, 22]}',
+    '{"timestamp": 1720, "session_id": "s0", "input_length": 235, "output_length": 0, "hash_ids": [1000000]}',
+    '{"timestamp": 1000, "input_length": 2829, "output_length": 0, "hash_ids": [49, 50, 51, 52, 53, 54]}',
+    '{"timestamp": 1000, "session_id": "s2", "input_length": 1, "output_length": 0, "hash_ids": [60]}',
+    '{"timestamp": 1800, "session_id": "s2", "input_length": 1, "output_length": 0, "hash_ids": [61, 62, 63, 64, 65]}',
+    '{"timestamp": 1000, "input_length": 498, "output_length": 0, "hash_ids": [1000000]}',
+    '{"timestamp": 1200, "input_length": 1653, "output_length": 0, "hash_ids": [1000000, 1000001, 1000002, 1000003]}',
+    '{"timestamp": 2200, "session_id": "s3", "input_length": 1, "output_length": 1, "hash_ids": [1000000]}',
+    '{"timestamp": 3000, "session_id": "s3", "input_length": 2634, "output_length": 2, "hash_ids": [67, 68, 69, 70, 71, 72, 73]}',
+    '{"timestamp": 2200, "input_length": 1, "output_length": 0, "hash_ids": [1000000, 1000001]}',
+    '{"timestamp": 2200, "session_id": "s4", "input_length": 2448, "output_length": 0, "hash_ids": [74, 75, 76, 77, 78]}',
+    '{"timestamp": 2900, "session_id": "s4", "input_length": 1, "output_length": 0, "hash_ids": [85, 86, 87, 88]}',
+    '{"timestamp": 2200, "session_id": "s5", "input_length": 2, "output_length": 0, "hash_ids": [91]}',
+    '{"timestamp": 2210, "session_id": "s5", "input_length": 1, "output_length": 0, "hash_ids": [97, 98, 99, 100]}',
+    '{"timestamp": 2210, "session_id": "s6", "input_length": 166, "output_length": 0, "hash_ids": [105]}',
+    '{"timestamp": 3710, "session_id": "s6", "input_length": 2, "output_length": 0, "hash_ids": [107]}',
+    '{"timestamp": 2210, "input_length": 1, "output_length": 0, "hash_ids": [121]}',
+]
 FUZZ108_LINES = [
     '{"timestamp": 5000, "input_length": 19, "output_length": 170, "hash_ids": [1000000]}',
     '{"timestamp": 5200, "session_id": "s0", "input_length": 909, "output_length": 147, "hash_ids": [1000000, 1000001]}',
@@ -943,6 +968,20 @@ def dp_scenarios():
                                      "prefill_decode_interval": 5,
                                      "timing_model": {"type": "fixed", "prefill_ms": 10.0, "decode_ms": 1.0}},
                                     dp_size=2)),
+        # a prefill batch that computes prompt tokens but takes no time (batch-mean prompt and prefix
+        # floor to the same value) still counts as the interval's prefill round
+        T("dp2_sglang_zero_time_prefill_fuzz922049", FUZZ922049_LINES, "fuzz 922049/78: dp 2 SGLang, "
+          "interval 1, chunk 4: a zero-time prefill batch that computed tokens is followed by a decode round",
+          extra_engine_args=eng_top({"backend": "sglang", "num_gpu_blocks": 25932, "prefill_decode_interval": 1,
+                                     "sglang": {"schedule_policy": "fifo", "chunked_prefill_size": 4,
+                                                "max_prefill_tokens": 1024}}, dp_size=2)),
+        T("dp2_sglang_zero_time_prefill_fixed", SG_ZERO_TIME_PREFILL_DP2, "dp 2 SGLang bs 1, fixed 10/1, "
+          "interval 1, chunk 4: as sglang_zero_time_prefill_pdi1 on rank 0", trace_block_size=1,
+          extra_engine_args=eng_top({"backend": "sglang", "block_size": 1, "num_gpu_blocks": 10000,
+                                     "prefill_decode_interval": 1,
+                                     "sglang": {"chunked_prefill_size": 4, "max_prefill_tokens": 1024},
+                                     "timing_model": {"type": "fixed", "prefill_ms": 10.0, "decode_ms": 1.0}},
+                                    dp_size=2)),
         # lpm ranks by the cached prefix of the whole sequence (no "seq - 1" cap): a fully cached
         # short prompt goes ahead of an uncached one (fuzz 2253/44: committed 94694 vs 94310)
         T("dp2_sglang_lpm_full_hit_fuzz2253", FUZZ2253_LINES, "fuzz 2253/44: dp 2 SGLang bs 1 lpm, a fully "
@@ -1036,6 +1075,12 @@ def sg(sglang=None, **engine):
 
 
 FIXED_10_1 = {"type": "fixed", "prefill_ms": 10.0, "decode_ms": 1.0}
+SG_ZERO_TIME_PREFILL = [line(0, 30, 0, range(1, 31)), line(1, 30, 0, range(1, 31)), line(1, 1, 3, [50]),
+                        line(1, 2, 0, [60, 61])]
+# dp 2 (chunk 4 = 2 per rank): the same on rank 0, 1-token fillers take rank 1
+SG_ZERO_TIME_PREFILL_DP2 = [SG_ZERO_TIME_PREFILL[0], line(0, 1, 0, [101]), SG_ZERO_TIME_PREFILL[1],
+                            line(1, 1, 0, [102]), SG_ZERO_TIME_PREFILL[2], line(1, 1, 0, [103]),
+                            SG_ZERO_TIME_PREFILL[3]]
 
 
 def sg_retract_trace(n=6, isl=300, osl=600, gap=0, seed=3):
@@ -1316,6 +1361,15 @@ def sglang_scenarios():
           "max_model_len 300, prefill_decode_interval 3, polynomial timing", trace_block_size=16,
           replay_concurrency=2,
           extra_engine_args=sg(block_size=16, num_gpu_blocks=300, max_model_len=300, prefill_decode_interval=3)),
+        # ---- prefill_decode_interval: a prefill batch that computes prompt tokens but takes no time
+        # (fuzz 922049/78): P (30 tokens, chunk 2) fills the cache; at 150 F (P's prompt again, zero
+        # output), S (1 token, 3 outputs) and T's first chunk (1 of 2 tokens) form one batch of mean
+        # prompt 32 // 3 = 10 and mean prefix 30 // 3 = 10: no time, but S's prompt token was computed,
+        # so the next pass (150-151) is S's decode round and T's last chunk waits until 151-161
+        T("sglang_zero_time_prefill_pdi1", SG_ZERO_TIME_PREFILL, "interval 1, chunk 2, fixed 10/1: a zero-time "
+          "prefill batch that computed tokens is a prefill round", trace_block_size=1,
+          extra_engine_args=sg(block_size=1, num_gpu_blocks=10000, prefill_decode_interval=1,
+                               timing_model=FIXED_10_1, sglang={"chunked_prefill_size": 2, "max_prefill_tokens": 1024})),
         # ---- stamps of a split radix edge (fuzz case 1301/146)
         T("sglang_split_edge_match_probe_a", sg_split_edge_trace(0, "A"), "zero-output toucher matches "
           "inside an edge: the matched prefix is not refreshed (probe A reuses 36)", trace_block_size=16,

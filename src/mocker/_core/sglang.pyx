@@ -478,9 +478,11 @@ cdef class SglangRank(Rank):
                     self.emit_token(newly[i], end)
                     self._remove_running(newly[i])
                     self._finish(newly[i], end)
-            if end > now:
+            if self.out.committed_prefill > 0 and not self.decode_role:
                 # a batch with nothing to compute (fully cached zero-output requests) does not
-                # count as a prefill round
+                # count as a prefill round; one that computes prompt tokens does even when it
+                # takes no time (the batch-mean prompt and prefix floor to the same value, so the
+                # timing model sees no new tokens): the decode rounds follow (fuzz 922049/78)
                 self.out.prefill_work = True
                 self.out.model_work = True
                 if not self.grouped:
