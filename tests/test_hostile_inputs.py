@@ -289,6 +289,8 @@ def test_live_layer_arguments_are_refused_with_typed_errors():
             MockerContext(cfg)
 
     async def main():
+        with pytest.raises(LiveEngineError, match="KV pools need about"):
+            await LiveEngine.start({"engine": {"num_gpu_blocks": 2_000_000_000}})
         eng = await LiveEngine.start({"engine": {"speedup_ratio": 100.0}})
         try:
             for req, words in ((DirectRequest(tokens=[], max_output_tokens=2), "must not be empty"),

@@ -45,6 +45,7 @@ def build_ranks(config: dict, table: ReqTable, num_workers: int, kv_events: bool
         raise ConfigError(f"offline disaggregated replay requires {role}_engine_args.worker_type={role}, got {got}")
     if engine["aic_nextn"] is not None:
         raise ConfigError("engine.aic_nextn (speculative decoding) is not supported by mocker yet")
+    _check_pools([(config, num_workers)])
     dp = config["dp_size"]
     if engine["backend"] == "sglang":
         if dp > 1 and engine["sglang"]["chunked_prefill_size"] // dp == 0:
@@ -77,6 +78,18 @@ def _available_memory() -> int:
 
 def _gib(n: float) -> str:
     return f"{n / 2 ** 30:.1f} GiB"
+
+
+def _check_pools(pools: list) -> None:
+    """ConfigError when the KV pools of ``[(config, workers), ...]`` exceed the memory available."""
+    need = sum(pool_bytes(c, n) for c, n in pools)
+    have = _available_memory()
+    if need > have:
+        parts = " + ".join(
+            f"{n} workers x {c['dp_size']} dp ranks x {c['engine']['num_gpu_blocks']} blocks x "
+            f"{BYTES_PER_BLOCK[c['engine']['backend']]} B" for c, n in pools)
+        raise ConfigError(f"the KV pools need about {_gib(need)} ({parts}), more than the "
+                          f"{_gib(have)} of memory available; lower num_gpu_blocks or the worker count")
 
 
 @dataclass
@@ -146,14 +159,7 @@ class Topology:
         pools = [(self.config, self.num_workers)]
         if self.decode_config is not None:
             pools.append((self.decode_config, self.num_decode_workers))
-        need = sum(pool_bytes(c, n) for c, n in pools)
-        have = _available_memory()
-        if need > have:
-            parts = " + ".join(
-                f"{n} workers x {c['dp_size']} dp ranks x {c['engine']['num_gpu_blocks']} blocks x "
-                f"{BYTES_PER_BLOCK[c['engine']['backend']]} B" for c, n in pools)
-            raise ConfigError(f"the KV pools need about {_gib(need)} ({parts}), more than the "
-                              f"{_gib(have)} of memory available; lower num_gpu_blocks or the worker count")
+        _check_pools(pools)
 
     @property
     def block_size(self) -> int:
