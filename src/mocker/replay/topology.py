@@ -62,18 +62,30 @@ def pool_bytes(config: dict, num_workers: int) -> int:
 
 
 def _available_memory() -> int:
-    """Memory this process can still use: MemAvailable, else physical memory."""
+    """Memory this process can still use: MemAvailable (else physical memory), and no more than
+    its address-space limit (``ulimit -v``) leaves."""
+    have = 1 << 62
     try:
         with open("/proc/meminfo", encoding="ascii") as fh:
             for line in fh:
                 if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+                    have = int(line.split()[1]) * 1024
+                    break
     except (OSError, ValueError, IndexError):
-        pass
+        try:
+            have = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            pass
     try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return 1 << 62
+        import resource
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        if soft != resource.RLIM_INFINITY:
+            with open("/proc/self/status", encoding="ascii") as fh:
+                used = next((int(line.split()[1]) * 1024 for line in fh if line.startswith("VmSize:")), 0)
+            have = min(have, max(soft - used, 0))
+    except (ImportError, OSError, ValueError):
+        pass
+    return have
 
 
 def _gib(n: float) -> str:
