@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -159,10 +160,10 @@ def build_outcome(cols: dict, max_sim_time_ms: float, arrived: int, max_model_le
         in_time = term <= max_sim_time_ms
     completed = int(_completed_mask(cols, max_sim_time_ms).sum())
     rejected = (status == STATUS_CODES["rejected"]) & in_time
-    out = {"arrived": int(arrived), "completed": completed, "rejected": int(rejected.sum()),
+    out: dict[str, Any] = {"arrived": int(arrived), "completed": completed, "rejected": int(rejected.sum()),
            "failed": int(((status == STATUS_CODES["failed"]) & in_time).sum())}
     out["unfinished"] = max(out["arrived"] - out["completed"] - out["rejected"] - out["failed"], 0)
-    reasons = {}
+    reasons: dict[str, int] = {}
     if out["rejected"]:
         too_long = np.zeros_like(rejected)
         if max_model_len:

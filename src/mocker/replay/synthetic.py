@@ -208,6 +208,7 @@ def build_synthetic_workload(
                 "arrival_interval_ms must be a finite non-negative number, "
                 f"got {_fmt_f64(arrival_interval_ms)}")
     else:
+        assert replay_concurrency is not None          # exactly one of the three is given
         replay_concurrency = int(replay_concurrency)
         if replay_concurrency < 1:
             raise ReplayError("replay_concurrency must be at least 1")
