@@ -304,3 +304,26 @@ def test_live_layer_arguments_are_refused_with_typed_errors():
         finally:
             await eng.shutdown()
     asyncio.run(main())
+
+
+def test_output_to_a_pipe_is_written_directly_and_a_symlink_stays_a_link(tmp_path):
+    import threading
+    fifo = tmp_path / "records.fifo"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    res = _cli("replay", TINY, "--report-jsonl", str(fifo), "--quiet")
+    reader.join(60)
+    assert res.returncode == 0, res.stderr
+    assert len(got[0].splitlines()) == 16 and fifo.is_fifo()
+    real = tmp_path / "real.json"
+    real.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    res = _cli("replay", TINY, "--report-json", str(link), "--quiet")
+    assert res.returncode == 0, res.stderr
+    assert link.is_symlink() and json.loads(real.read_text())["completed_requests"] == 16
+    mask = os.umask(0o022)
+    os.umask(mask)
+    assert real.stat().st_mode & 0o777 == 0o666 & ~mask          # as open() creates files

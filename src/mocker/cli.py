@@ -184,7 +184,7 @@ def _replay(args, progress: _Progress) -> int:
         if summary_out is not None:
             report = {"mocker_version": __version__, "simulated": result.description, **result.summary,
                       "outcome": result.outcome}
-            summary_out.fh.write((json.dumps(report, indent=2) + "\n").encode())
+            summary_out.write((json.dumps(report, indent=2) + "\n").encode())
             summary_out.commit()
             summary_out = None
     finally:

@@ -18,8 +18,10 @@ class OutputFile:
     """An output path, checked when made and written through a temporary file beside it.
 
     The temporary file is created at once, so a path that cannot be written fails before any
-    simulation work; ``commit`` renames it over ``path`` (an existing file is replaced only then,
-    so a run that fails loses nothing); ``discard`` removes it.
+    simulation work; ``commit`` renames it over the target (an existing file is replaced only
+    then, so a run that fails loses nothing); ``discard`` removes it.  A path that exists and is
+    not a regular file (``/dev/stdout``, a FIFO) is written directly.  ``write`` errors name the
+    path.
     """
 
     def __init__(self, path, what: str):
@@ -27,19 +29,33 @@ class OutputFile:
         self.what = what
         if os.path.isdir(self.path):
             raise OutputError(f"{what} {self.path}: Is a directory")
-        parent = os.path.dirname(os.path.abspath(self.path))
+        target = os.path.realpath(self.path)           # a symlink stays a symlink
+        self.tmp: str | None = None
         try:
-            fd, self.tmp = tempfile.mkstemp(prefix=f".{os.path.basename(self.path)}.", suffix=".tmp",
-                                            dir=parent)
+            if os.path.exists(self.path) and not os.path.isfile(self.path):
+                target = self.path
+                self.fh = open(self.path, "wb")        # a device or a pipe: no rename
+            else:
+                fd, self.tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp",
+                                                dir=os.path.dirname(target))
+                os.fchmod(fd, 0o666 & ~_umask())       # as open() would create it (mkstemp: 0600)
+                self.fh = os.fdopen(fd, "wb")
         except OSError as exc:
             raise OutputError(f"{what} {self.path}: {exc.strerror or exc}") from None
-        os.fchmod(fd, 0o666 & ~_umask())          # as open() would create it (mkstemp: 0600)
-        self.fh = os.fdopen(fd, "wb")
+        self.target = target
+
+    def write(self, data: bytes) -> int:
+        try:
+            return self.fh.write(data)
+        except OSError as exc:
+            raise OutputError(f"{self.what} {self.path}: {exc.strerror or exc}") from None
 
     def commit(self) -> None:
         try:
             self.fh.close()
-            os.replace(self.tmp, self.path)
+            if self.tmp is not None:
+                os.replace(self.tmp, self.target)
+                self.tmp = None
         except OSError as exc:
             self.discard()
             raise OutputError(f"{self.what} {self.path}: {exc.strerror or exc}") from None
@@ -49,10 +65,12 @@ class OutputFile:
             self.fh.close()
         except OSError:
             pass
-        try:
-            os.unlink(self.tmp)
-        except OSError:
-            pass
+        if self.tmp is not None:
+            try:
+                os.unlink(self.tmp)
+            except OSError:
+                pass
+            self.tmp = None
 
 
 def _umask() -> int:

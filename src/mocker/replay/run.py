@@ -59,7 +59,7 @@ def _replay(opts: Options, topology: Topology, make_workload, t0: float, what: s
         if jsonl is not None:
             n = summary["num_requests"]
             p = opts.progress
-            write_records(sim, jsonl.fh, cap,
+            write_records(sim, jsonl, cap,
                           None if p is None else (lambda done: p("write", done, n, sim.core.now_ms)))
             jsonl.commit()
             jsonl = None
