@@ -521,6 +521,7 @@ def gen_scenario(rng: random.Random, backend_opt: str, topology: str = "agg"):
             kw["arrival_interval_ms"] = rng.choice([0.0, 0.0, 5.0, 50.0])
         else:
             kw["replay_concurrency"] = rng.randint(1, 8)
+            kw.pop("arrival_speedup_ratio", None)   # no effect in closed loop: mocker refuses it
         if rng.random() < 0.3:
             kw["turns_per_session"] = rng.randint(2, 3)
             kw["inter_turn_delay_ms"] = rng.choice([0.0, 10.0, 100.0])
@@ -543,6 +544,7 @@ def gen_scenario(rng: random.Random, backend_opt: str, topology: str = "agg"):
     kw.update(tkw)
     if rng.random() < 0.2:
         kw["replay_concurrency"] = rng.randint(1, 6)
+        kw.pop("arrival_speedup_ratio", None)       # no effect in closed loop: mocker refuses it
     eng = gen_engine(rng, backend, need)
     if eng:
         kw["extra_engine_args"] = json.dumps({"engine": eng})
