@@ -106,6 +106,14 @@ def test_progress_bar_on_a_terminal():
     assert rc == 0 and "requests" not in err
 
 
+def test_progress_covers_writing_records(tmp_path):
+    """D9: writing the per-request records shows on the progress line too."""
+    rc, err = _on_a_terminal([*SYNTHETIC, "--report-jsonl", str(tmp_path / "r.jsonl")])
+    assert rc == 0
+    assert "writing records" in err and "20000/20000" in err
+    assert len((tmp_path / "r.jsonl").read_bytes().splitlines()) == 20000
+
+
 def test_progress_line_fits_a_narrow_terminal_and_is_cleared():
     """D16: a 70-column terminal: no redraw is wider than the screen; the line ends cleared."""
     rc, err = _on_a_terminal(SYNTHETIC, columns=70)

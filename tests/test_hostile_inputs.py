@@ -5,7 +5,6 @@ The cases of the newcomer trial's defect table (D1–D21) are marked with their 
 """
 import json
 import os
-import pathlib
 import subprocess
 import sys
 
@@ -230,6 +229,13 @@ def test_d12_displayed_percentiles_stay_within_min_and_max():
                 assert lo <= float(p) <= hi, line
 
 
+def test_goodput_rows_are_labelled():
+    res = _cli("replay", TINY, "--sla-ttft-ms", "500")
+    assert res.returncode == 0
+    assert "Goodput (requests within the SLAs)" in res.stdout
+    assert "Goodput Throughput (requests/sec)" in res.stdout
+
+
 def test_report_json_says_what_was_simulated(tmp_path):
     out = tmp_path / "s.json"
     res = _cli("replay", TINY, "--num-workers", "2", "--report-json", str(out), "--quiet")
@@ -239,10 +245,16 @@ def test_report_json_says_what_was_simulated(tmp_path):
     assert res.stdout.startswith(f"mocker {rep['mocker_version']}: trace ")
 
 
-def test_d11_live_extra_hint_names_an_install_that_cannot_pull_another_project():
-    import mocker.live  # noqa: F401  (the extra is installed for the tests)
-    src = (pathlib.Path(mocker.live.__file__).parent / "__init__.py").read_text()
-    assert "pip install 'mocker[live]'" not in src
+@pytest.mark.parametrize("module", ["mocker.live", "mocker.events.zmq", "mocker.events.metrics"])
+def test_d11_missing_live_extra_hint_cannot_pull_another_project(module):
+    """Without pyzmq the import names the extra and installs it from the source tree, never
+    ``pip install mocker[...]`` (PyPI's "mocker" is an unrelated project)."""
+    code = f"import sys; sys.modules['zmq'] = None; sys.modules['msgpack'] = None\nimport {module}"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError:") and "live extra of llm-mocker" in last, last
+    assert "python -m pip install '.[live]'" in last and "install 'mocker[" not in res.stderr
 
 
 # -- the Python API raises its typed errors --------------------------------------------------
