@@ -1,4 +1,4 @@
-"""The type stubs of the compiled core hold to the modules they describe.
+"""The type stubs of the compiled core hold to the modules, and mypy passes on the package.
 
 Each ``mocker/_core/<mod>.pyi`` is compared with the compiled module it describes:
 
@@ -15,15 +15,18 @@ Each ``mocker/_core/<mod>.pyi`` is compared with the compiled module it describe
   ``__cinit__`` without a trailing ``*args, **kwargs`` (which only lets subclasses add
   parameters).  Dunder methods keep their protocol's signature and are checked by name only.
 
-Types are not compared here.
+Types are not compared here: mypy (the last tests) checks the code that uses them.
 """
 from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import inspect
 import pathlib
 import re
+import subprocess
+import sys
 import types
 
 import pytest
@@ -369,3 +372,45 @@ def test_cython_parameter_lists_are_read():
         ("args", "VAR_POSITIONAL", False), ("x", "KEYWORD_ONLY", True), ("kw", "VAR_KEYWORD", False)]
     assert _cython_params("self, double[::1] a, dict d=None, int64_t m=1 << 62") == [
         ("self", _POK, False), ("a", _POK, False), ("d", _POK, True), ("m", _POK, True)]
+
+
+# -- mypy --------------------------------------------------------------------------------------
+# Modules another change is rewriting; their errors are expected until it lands.  Once they are
+# clean, test_mypy_pending_modules fails: then empty this tuple.
+_PENDING_MYPY = ("mocker/replay/",)
+
+
+@pytest.fixture(scope="module")
+def mypy_errors(tmp_path_factory) -> list[str]:
+    if importlib.util.find_spec("mypy") is None:
+        pytest.skip("mypy is not installed (it is in the 'test' extra: pip install '.[test]')")
+    # run outside the source tree, so that -p mocker is the installed package, with the
+    # project's [tool.mypy] settings
+    cwd = tmp_path_factory.mktemp("mypy")
+    proc = subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
+         "--cache-dir", str(cwd / "cache"), "--no-error-summary", "--hide-error-context",
+         "-p", "mocker"],
+        cwd=cwd, capture_output=True, text=True, timeout=600)
+    lines = [ln for ln in proc.stdout.splitlines() if ": error:" in ln]
+    assert proc.returncode in (0, 1) and (proc.returncode == 0) == (not lines), (
+        f"mypy exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    return lines
+
+
+def _pending(line: str) -> bool:
+    return any(p in line.replace("\\", "/") for p in _PENDING_MYPY)
+
+
+def test_mypy_is_clean(mypy_errors):
+    errors = [ln for ln in mypy_errors if not _pending(ln)]
+    assert errors == [], "\n".join(errors)
+
+
+def test_mypy_pending_modules(mypy_errors):
+    if not _PENDING_MYPY:
+        return
+    pending = [ln for ln in mypy_errors if _pending(ln)]
+    assert pending, f"{_PENDING_MYPY} are mypy-clean now: empty _PENDING_MYPY in {__file__}"
+    short = [ln[ln.rfind("mocker/"):] if "mocker/" in ln else ln for ln in pending]
+    pytest.xfail(f"{len(pending)} mypy errors in modules being rewritten: " + "; ".join(short))
