@@ -138,6 +138,11 @@ def _median_slope(modeled: np.ndarray, late: np.ndarray) -> float | None:
     return float(np.polyfit(secs / 60.0, [np.median(x) for x in per_sec], 1)[0])
 
 
+def _fmt_slope(v: float | None) -> str:
+    """A drift figure, or "n/a" when the steady state was too short to fit one."""
+    return "n/a" if v is None else f"{v:+.3f} ms/min"
+
+
 def _steal_s() -> float | None:
     """CPU time the hypervisor gave to others (all CPUs, seconds; Linux), or None."""
     try:
@@ -193,8 +198,8 @@ def main() -> None:
     print(f"token lateness at hand-out by the engine (ms): p50 {dl['p50']:.2f}  p99 {dl['p99']:.2f}  "
           f"max {dl['max']:.2f}")
     print(f"pass-end lateness of the loop (ms): p50 {pl['p50']:.2f}  p99 {pl['p99']:.2f}  max {pl['max']:.2f}")
-    print(f"drift (slope of each second's median lateness): {res['drift_ms_per_min']:+.3f} ms/min "
-          f"(least squares over every token: {res['drift_all_tokens_ms_per_min']:+.3f} ms/min)")
+    print(f"drift (slope of each second's median lateness): {_fmt_slope(res['drift_ms_per_min'])} "
+          f"(least squares over every token: {_fmt_slope(res['drift_all_tokens_ms_per_min'])})")
     steal = "n/a" if res["cpu_steal_s"] is None else f"{res['cpu_steal_s']:.2f} s"
     print(f"machine: CPU steal during the run {steal}; passes whose fan-out stalled > 2 ms: "
           f"{res['passes_with_a_stall']} of {res['passes']}")

@@ -1,6 +1,7 @@
 """The compiled request stream (mocker._core.stream): order, bounds, end, interruption, and that a
 read cancelled at any moment loses no signal."""
 import asyncio
+import sys
 
 import pytest
 
@@ -162,18 +163,61 @@ def test_readers_wake_in_hand_out_order_in_their_own_context():
     assert seen == [(i, i) for i in order]
 
 
-def test_a_parked_read_cancelled_with_a_message_keeps_later_signals():
-    async def main():
-        s = Stream(asyncio.get_running_loop(), 4)
-        task = asyncio.ensure_future(s.__anext__())
-        await asyncio.sleep(0)
-        task.cancel("stop reading")
-        with pytest.raises(asyncio.CancelledError) as err:
-            await task
-        assert handout([s], [Sig("late")], 0.0) is None     # nobody parked: just queued
-        return err.value.args, (await s.__anext__()).v
+class _Awaiting:
+    """An awaitable that is not a future, so that ensure_future wraps it in a task."""
 
-    assert run(main()) == (("stop reading",), "late")
+    def __init__(self, fut):
+        self.fut = fut
+
+    def __await__(self):
+        return self.fut.__await__()
+
+
+def _args_chain(exc):
+    """The args of an exception and of each one in its ``__context__`` chain."""
+    out = []
+    while exc is not None:
+        out.append(exc.args)
+        exc = exc.__context__
+    return out
+
+
+@pytest.mark.parametrize("task_type", ["C Task", "pure-Python Task"])
+def test_a_parked_read_cancelled_with_a_message_keeps_later_signals(task_type):
+    # The message reaches the awaiting code as it does from asyncio's own future on this
+    # Python: as the CancelledError's args from 3.11 on; on 3.10 asyncio's Task re-raises a
+    # bare CancelledError whose __context__ holds the message (changed in 3.11, bpo-45390).
+    from asyncio.tasks import _PyTask
+
+    async def main():
+        loop = asyncio.get_running_loop()
+
+        def start(aw):
+            if task_type == "C Task":
+                return asyncio.ensure_future(aw)
+
+            async def wrapped():
+                return await aw
+            return _PyTask(wrapped(), loop=loop)
+
+        s = Stream(loop, 4)
+        chains = []
+        for aw in (s.__anext__(), _Awaiting(loop.create_future())):
+            task = start(aw)
+            await asyncio.sleep(0)
+            task.cancel("stop reading")
+            with pytest.raises(asyncio.CancelledError) as err:
+                await task
+            chains.append(_args_chain(err.value))
+        assert handout([s], [Sig("late")], 0.0) is None     # nobody parked: just queued
+        return chains, (await s.__anext__()).v
+
+    (stream_chain, future_chain), late = run(main())
+    assert stream_chain == future_chain
+    assert ("stop reading",) in stream_chain
+    if sys.version_info >= (3, 11):
+        assert stream_chain[0] == ("stop reading",)
+    assert late == "late"
 
 
 def test_a_failing_wake_up_is_reported_and_the_others_still_run():

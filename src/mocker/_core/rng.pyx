@@ -64,7 +64,7 @@ cdef void _chacha12_block(const uint32_t* key, uint64_t counter, uint32_t* out) 
         out[i] = s[i] + inp[i]
 
 
-cdef inline void _refill(StdRng* r) noexcept nogil:
+cdef inline void _refill(StdRngState* r) noexcept nogil:
     cdef int b
     for b in range(4):
         _chacha12_block(r.key, r.counter + <uint64_t>b, &r.buf[16 * b])
@@ -76,7 +76,7 @@ cdef inline void _refill(StdRng* r) noexcept nogil:
 # Public C API (declared in rng.pxd)
 # ---------------------------------------------------------------------------------------------
 
-cdef void rng_seed(StdRng* r, uint64_t seed) noexcept nogil:
+cdef void rng_seed(StdRngState* r, uint64_t seed) noexcept nogil:
     # rand_core 0.9 `seed_from_u64`: PCG32 output words fill the 32-byte seed (little endian).
     cdef uint64_t state = seed
     cdef uint32_t xorshifted, rot
@@ -92,7 +92,7 @@ cdef void rng_seed(StdRng* r, uint64_t seed) noexcept nogil:
         r.buf[i] = 0
 
 
-cdef uint32_t rng_next_u32(StdRng* r) noexcept nogil:
+cdef uint32_t rng_next_u32(StdRngState* r) noexcept nogil:
     if r.index >= 64:
         _refill(r)
     cdef uint32_t v = r.buf[r.index]
@@ -100,7 +100,7 @@ cdef uint32_t rng_next_u32(StdRng* r) noexcept nogil:
     return v
 
 
-cdef uint64_t rng_next_u64(StdRng* r) noexcept nogil:
+cdef uint64_t rng_next_u64(StdRngState* r) noexcept nogil:
     cdef uint32_t i = r.index
     cdef uint64_t lo
     if i < 63:
@@ -117,7 +117,7 @@ cdef uint64_t rng_next_u64(StdRng* r) noexcept nogil:
     return lo | (<uint64_t>r.buf[0] << 32)
 
 
-cdef double rng_next_f64(StdRng* r) noexcept nogil:
+cdef double rng_next_f64(StdRngState* r) noexcept nogil:
     return <double>(rng_next_u64(r) >> 11) * _TWO_POW_M53
 
 
@@ -136,7 +136,7 @@ cdef inline void _wmul64(uint64_t a, uint64_t b, uint64_t* hi, uint64_t* lo) noe
     hi[0] = hh + (lh >> 32) + (hl >> 32) + (mid >> 32)
 
 
-cdef uint64_t rng_range(StdRng* r, uint64_t n) noexcept nogil:
+cdef uint64_t rng_range(StdRngState* r, uint64_t n) noexcept nogil:
     cdef uint32_t range32, x32, lo32
     cdef uint64_t m, hi, lo, hi2, lo2
     if n == 0:
@@ -182,7 +182,7 @@ def poisson_arrivals(uint64_t seed, double rate, int64_t n):
     if n == 0:
         return out
     cdef double[::1] o = out
-    cdef StdRng r
+    cdef StdRngState r
     cdef double mean = 1000.0 / rate
     cdef double t = 0.0, u
     cdef int64_t i
@@ -209,7 +209,7 @@ def prefix_groups(int64_t n, int64_t num_groups):
         raise ValueError("num_groups must be positive")
     out = np.empty(n, dtype=np.int64)
     cdef int64_t[::1] o = out
-    cdef StdRng r
+    cdef StdRngState r
     cdef int64_t i
     with nogil:
         rng_seed(&r, 42)
@@ -218,9 +218,9 @@ def prefix_groups(int64_t n, int64_t num_groups):
     return out
 
 
-cdef class _StdRngWrapper:
-    """Python wrapper around the C ``StdRng`` (for tests); exported as ``StdRng``."""
-    cdef StdRng _r
+cdef class StdRng:
+    """Python handle on one ``StdRngState`` (for tests and diagnostics)."""
+    cdef StdRngState _r
 
     def __init__(self, uint64_t seed):
         rng_seed(&self._r, seed)
@@ -238,8 +238,3 @@ cdef class _StdRngWrapper:
         if n == 0:
             raise ValueError("cannot sample empty range")
         return rng_range(&self._r, n)
-
-
-# The struct name `StdRng` occupies the C namespace of this module; publish the wrapper class
-# under the same Python name.
-globals()["StdRng"] = _StdRngWrapper

@@ -2,6 +2,7 @@ import numpy as np
 from mocker._core.table import ReqTable
 
 class KvRouter:
+    decisions: int
     def __init__(self, table: ReqTable, num_workers: int, block_size: int, cfg: dict,
                  kv_event_lag_ms: float = ...) -> None: ...
     def worker_loads(self) -> list[tuple[int, int, int]]: ...

@@ -40,7 +40,8 @@ cdef extern from "Python.h":
 
 cdef extern from *:
     """
-    /* asyncio's C Task registers a built-in method named "task_wakeup" (3.11-3.13) */
+    /* asyncio's C Task registers a built-in method named "task_wakeup" (3.11-3.13); 3.10's
+       wake-up is a TaskWakeupMethWrapper object, which takes the generic path (park.result()) */
     static inline int mocker_named_task_wakeup(PyObject *fn) {
         const char *name = ((PyCFunctionObject *)fn)->m_ml->ml_name;
         return name != NULL && strcmp(name, "task_wakeup") == 0;

@@ -365,7 +365,9 @@ class _Family:
         self.doc = doc
         self.kind = kind              # "gauge" | "counter" | "histogram"
         self.labelnames = labelnames
-        self.buckets = buckets
+        if kind == "histogram" and buckets is None:
+            raise ValueError(f"histogram {name} needs buckets")
+        self.buckets: Sequence[float] = buckets if buckets is not None else ()
         self.series: dict[tuple[str, ...], _Value | _Histogram] = {}
 
     def child(self, labels: tuple[str, ...]):
@@ -376,23 +378,25 @@ class _Family:
         return series
 
     def export(self, with_samples: bool) -> Metric:
+        series = self.series.items() if with_samples else ()
+        if self.kind == "histogram":
+            hist = HistogramMetricFamily(self.name, self.doc, labels=self.labelnames)
+            for labels, s in series:
+                if isinstance(s, _Histogram):           # always, for a histogram family
+                    cumulative, buckets = 0, []
+                    for bound, n in zip(s.bounds, s.counts):
+                        cumulative += n
+                        buckets.append((floatToGoString(bound), cumulative))
+                    buckets.append(("+Inf", cumulative + s.counts[-1]))
+                    hist.add_metric(list(labels), buckets, s.sum)
+            return hist
         if self.kind == "gauge":
-            fam: Metric = GaugeMetricFamily(self.name, self.doc, labels=self.labelnames)
-        elif self.kind == "counter":
-            fam = CounterMetricFamily(self.name, self.doc, labels=self.labelnames)
+            fam: GaugeMetricFamily | CounterMetricFamily = GaugeMetricFamily(self.name, self.doc,
+                                                                             labels=self.labelnames)
         else:
-            fam = HistogramMetricFamily(self.name, self.doc, labels=self.labelnames)
-        if not with_samples:
-            return fam
-        for labels, s in self.series.items():
-            if isinstance(s, _Histogram):
-                cumulative, buckets = 0, []
-                for bound, n in zip(s.bounds, s.counts):
-                    cumulative += n
-                    buckets.append((floatToGoString(bound), cumulative))
-                buckets.append(("+Inf", cumulative + s.counts[-1]))
-                fam.add_metric(list(labels), buckets, s.sum)
-            else:
+            fam = CounterMetricFamily(self.name, self.doc, labels=self.labelnames)
+        for labels, s in series:
+            if isinstance(s, _Value):                   # always, for a gauge or counter family
                 fam.add_metric(list(labels), s.value)
         return fam
 
@@ -451,15 +455,16 @@ class RequestTimer:
 
     def on_tokens(self, n: int, now_s: float | None = None) -> None:
         """A chunk of ``n`` tokens was emitted: TTFT at the first non-empty chunk, then ``n`` ITLs."""
-        if n <= 0 or self._ttft is None:
+        ttft, itl = self._ttft, self._itl
+        if n <= 0 or ttft is None or itl is None:       # both set, or both None
             return
         now = time.monotonic() if now_s is None else now_s
         last, self._last = self._last, now
         with self._owner._lock:
             if last is None:
-                self._ttft.observe(now - self._start)
+                ttft.observe(now - self._start)
             else:
-                self._itl.observe((now - last) / n, n)
+                itl.observe((now - last) / n, n)
 
     def on_complete(self, now_s: float | None = None) -> None:
         """Normal completion: E2E (and SGLang's request counter).  Do not call on cancel or error."""
@@ -532,8 +537,7 @@ class PrometheusMetrics:
         if not name:
             raise ValueError("model_name must be a non-empty string")
         with self._lock:
-            self._ensure_model_name(name)
-            return self._model_name  # type: ignore[return-value]
+            return self._ensure_model_name(name)
 
     def update(self, snapshots: Iterable[MockerMetrics]) -> None:
         """Apply the latest scheduler snapshot of one or more ranks.
@@ -545,13 +549,14 @@ class PrometheusMetrics:
             batch = list(snapshots)
             for snap in batch:
                 self._latest[snap.dp_rank] = snap
-            if self._model_name is None or not batch:
+            name = self._model_name
+            if name is None or not batch:
                 return
             if self.engine_type == "sglang":
-                self._apply(batch[-1])     # one aggregate over every rank's latest snapshot
+                self._apply(name, batch[-1])     # one aggregate over every rank's latest snapshot
             else:
                 for snap in batch:
-                    self._apply(snap)
+                    self._apply(name, snap)
 
     def record_prefix_cache(self, prompt_tokens: int, cached_tokens: int, dp_rank: int = 0) -> None:
         """Count one request's prefix lookup: queried += prompt, hits += min(cached, prompt).
@@ -595,7 +600,7 @@ class PrometheusMetrics:
             else:
                 p = self.engine_type
                 labels = (name, str(dp_rank))
-                self._bind_rank(dp_rank)
+                self._bind_rank(name, dp_rank)
                 fam = self._families
                 if p == "vllm":
                     queries = fam["vllm:prefix_cache_queries_total"].child(labels)
@@ -661,39 +666,41 @@ class PrometheusMetrics:
         add(f"{p}:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
             "histogram", v, VLLM_E2E_BUCKETS)
 
-    def _ensure_model_name(self, name: str) -> None:
+    def _ensure_model_name(self, name: str) -> str:
+        """Fix the label if none is set yet; returns the label in effect."""
         # Caller holds the lock; ``name`` is stripped and non-empty.
         if self._model_name is None:
             self._model_name = name
-            self._bind()
+            self._bind(name)
         elif name != self._model_name and not self._warned_mismatch:
             self._warned_mismatch = True
             logger.warning("mocker native metrics keep the first model_name label %r for this process "
                            "(request model_name %r)", self._model_name, name)
+        return self._model_name
 
-    def _bind(self) -> None:
+    def _bind(self, name: str) -> None:
         """Create every series for the now-known model name, then replay the held snapshots."""
         if self.engine_type == "sglang":
-            name = self._model_name
             for fam in self._families.values():
                 fam.child((name, "sglang", "0", "0", "0") if fam.labelnames == _SGLANG_SCHEDULER_LABELS
                           else (name, "sglang"))
         else:
             for rank in range(self.dp_size):
-                self._bind_rank(rank)
+                self._bind_rank(name, rank)
         for snap in list(self._latest.values()):
-            self._apply(snap)
+            self._apply(name, snap)
 
-    def _bind_rank(self, rank: int) -> None:
-        labels = (self._model_name, str(rank))
+    def _bind_rank(self, name: str, rank: int) -> None:
+        labels = (name, str(rank))
         for fam in self._families.values():
             fam.child(labels)
 
-    def _apply(self, snap: MockerMetrics) -> None:
-        # Caller holds the lock and the model name is known.
+    def _apply(self, name: str, snap: MockerMetrics) -> None:
+        # Caller holds the lock; ``name`` is the model name label.
         fam = self._families
+        labels: tuple[str, ...]
         if self.engine_type == "sglang":
-            labels = (self._model_name, "sglang", "0", "0", "0")
+            labels = (name, "sglang", "0", "0", "0")
             latest = self._latest.values()
             fam["sglang:num_running_reqs"].child(labels).value = float(sum(m.running_requests for m in latest))
             fam["sglang:num_queue_reqs"].child(labels).value = float(sum(m.waiting_requests for m in latest))
@@ -704,8 +711,8 @@ class PrometheusMetrics:
                 fam["sglang:cache_hit_rate"].child(labels).value = hits / total
             return
         p, rank = self.engine_type, snap.dp_rank
-        self._bind_rank(rank)
-        labels = (self._model_name, str(rank))
+        self._bind_rank(name, rank)
+        labels = (name, str(rank))
         usage = snap.gpu_cache_usage_perc
         fam[f"{p}:num_requests_running"].child(labels).value = float(snap.running_requests)
         fam[f"{p}:num_requests_waiting"].child(labels).value = float(snap.waiting_requests)

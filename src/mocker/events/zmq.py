@@ -192,19 +192,24 @@ class ZmqKvEventPublisher:
         self._state = _Shared(ring=collections.deque(maxlen=buffer_size))
 
         self._ctx = zmq.Context(io_threads=1)
-        self._pub: zmq.Socket | None = None
-        self._router: zmq.Socket | None = None
-        self._wake_r = self._wake_w = None
+        zsocks: list[zmq.Socket] = []
+        ends: list[socket.socket] = []
         try:
+            router = None
             if replay_port is not None:
-                self._router = self._bind(zmq.ROUTER, replay_port, "replay ROUTER")
-            self._pub = self._bind(zmq.PUB, port, "PUB")
-            self._wake_r, self._wake_w = socket.socketpair()
-            self._wake_r.setblocking(False)
-            self._wake_w.setblocking(False)
+                router = self._bind(zmq.ROUTER, replay_port, "replay ROUTER")
+                zsocks.append(router)
+            pub = self._bind(zmq.PUB, port, "PUB")
+            zsocks.append(pub)
+            ends.extend(socket.socketpair())
+            for end in ends:
+                end.setblocking(False)
         except BaseException:
-            self._release()
+            self._release(zsocks, ends)
             raise
+        self._pub: zmq.Socket = pub
+        self._router: zmq.Socket | None = router
+        self._wake_r, self._wake_w = ends
         self._endpoint = self._pub.getsockopt_string(zmq.LAST_ENDPOINT)
         self._port = int(self._endpoint.rsplit(":", 1)[1])
         self._replay_endpoint = (None if self._router is None
@@ -234,16 +239,14 @@ class ZmqKvEventPublisher:
         except zmq.ZMQError as exc:
             sock.close(linger=0)
             raise KvEventBindError(exc.errno, f"cannot bind KV event {what} socket to "
-                                              f"{endpoint}: {zmq.strerror(exc.errno)}") from exc
+                                              f"{endpoint}: {exc.strerror}") from exc
         return sock
 
-    def _release(self) -> None:
-        for sock in (self._pub, self._router):
-            if sock is not None:
-                sock.close(linger=0)
-        for end in (self._wake_r, self._wake_w):
-            if end is not None:
-                end.close()
+    def _release(self, zsocks: list[zmq.Socket], ends: list[socket.socket]) -> None:
+        for sock in zsocks:
+            sock.close(linger=0)
+        for end in ends:
+            end.close()
         self._ctx.term()        # returns once the listeners are closed: the ports are free again
 
     # -- properties -------------------------------------------------------------------------
@@ -310,7 +313,8 @@ class ZmqKvEventPublisher:
             log.error("KV event publisher thread for %s did not stop; leaking its sockets",
                       self._endpoint)
             return
-        self._release()
+        self._release([self._pub] if self._router is None else [self._pub, self._router],
+                      [self._wake_r, self._wake_w])
 
     def __enter__(self) -> "ZmqKvEventPublisher":
         return self
@@ -333,9 +337,10 @@ class ZmqKvEventPublisher:
     def _run(self) -> None:
         try:
             poller = zmq.Poller()
+            router = self._router
             poller.register(self._wake_r, zmq.POLLIN)
-            if self._router is not None:
-                poller.register(self._router, zmq.POLLIN)
+            if router is not None:
+                poller.register(router, zmq.POLLIN)
             while True:
                 ready = dict(poller.poll())
                 if self._wake_r in ready:
@@ -344,9 +349,9 @@ class ZmqKvEventPublisher:
                 if self._closed and self._queue.empty():
                     # publish() enqueues under the lock before _closed can be set: nothing follows.
                     return
-                if self._router is not None and self._router in ready:
-                    if not self._serve_replays():
-                        poller.unregister(self._router)
+                if router is not None and router in ready:
+                    if not self._serve_replays(router):
+                        poller.unregister(router)
         except BaseException as exc:        # keep publish() from queueing into a dead thread
             log.exception("KV event publisher thread for %s failed", self._endpoint)
             self._thread_error = exc
@@ -377,9 +382,8 @@ class ZmqKvEventPublisher:
                     log.warning("KV event PUB send on %s failed (%s); further failures are only "
                                 "counted", self._endpoint, exc)
 
-    def _serve_replays(self) -> bool:
+    def _serve_replays(self, router: zmq.Socket) -> bool:
         """Answer every pending replay request.  False: the ROUTER failed and replay is disabled."""
-        router = self._router
         try:
             while True:
                 try:

@@ -21,7 +21,7 @@ import random
 import time
 import uuid as uuidlib
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Any, AsyncIterator, Mapping
 
 from mocker.config import ConfigError, normalize_config
 from mocker.live.engine import (DirectRequest, FullResponse, LiveEngine, LiveEngineError,
@@ -30,6 +30,9 @@ from mocker.live.outputs import CompletionUsage, LLMEngineOutput
 from mocker.live.replay_table import ResponseReplayTable, replay_key, resolve_planned_tokens
 from mocker.live.shaping import (ReasoningConfig, TokenShaper, health_check_payload,
                                  length_terminal, stamp_synthetic_logprobs, token_chunk)
+
+if TYPE_CHECKING:                    # imported lazily at run time (optional dependencies)
+    from mocker.events.metrics import FpmPublisher, PrometheusMetrics
 
 log = logging.getLogger("mocker.live.context")
 
@@ -149,24 +152,23 @@ class MockerContext:
         self._rr = itertools.count()
         self._state = "new"                 # new → starting → ready | failed → stopped
         self._failure: str | None = None
-        self._ready: asyncio.Event | None = None
+        self._ready = asyncio.Event()       # binds to the running loop when first waited on
         self.engine: LiveEngine | None = None
         self._sinks: list = []
         self._inflight: set[RequestContext] = set()
         self._tasks: set[asyncio.Task] = set()
         self._want_prometheus = prometheus
         self._registry = registry
-        self.prometheus = None
+        self.prometheus: PrometheusMetrics | None = None
         self._fpm_sink = fpm_sink
         self.worker_id = worker_id if worker_id is not None else str(uuidlib.uuid4())
-        self._fpm = None
+        self._fpm: FpmPublisher | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
         if self._state != "new":
             raise EngineShutdown("mocker backend already started")
         self._state = "starting"
-        self._ready = asyncio.Event()
         try:
             if self._want_prometheus:
                 from mocker.events.metrics import PrometheusMetrics
@@ -176,18 +178,18 @@ class MockerContext:
             if self._fpm_sink is not None:
                 try:
                     from mocker.events.metrics import FpmPublisher
-                    self._fpm = FpmPublisher(self.worker_id, self._fpm_sink, dp_size=self.dp_size)
-                    self._fpm.start()
-                    fpm_hook = lambda rank, snap: self._fpm.publish(snap, rank)   # noqa: E731
+                    fpm = self._fpm = FpmPublisher(self.worker_id, self._fpm_sink, dp_size=self.dp_size)
+                    fpm.start()
+                    fpm_hook = lambda rank, snap: fpm.publish(snap, rank)   # noqa: E731
                 except Exception:     # noqa: BLE001 — serving goes on without forward-pass metrics
                     log.exception("creating the forward-pass metrics publisher failed")
                     self._fpm = None
-            self.engine = await LiveEngine.start(self.config, buffering=FullResponse(),
-                                                 kv_event_sinks=self._sinks or None, fpm_sink=fpm_hook,
-                                                 handout_lead=self._handout_lead)
+            engine = self.engine = await LiveEngine.start(self.config, buffering=FullResponse(),
+                                                          kv_event_sinks=self._sinks or None,
+                                                          fpm_sink=fpm_hook, handout_lead=self._handout_lead)
             if self.prometheus is not None:
                 for rank in range(self.dp_size):
-                    self._spawn(self._watch_metrics(rank))
+                    self._spawn(self._watch_metrics(engine, self.prometheus, rank))
         except BaseException as e:
             for s in self._sinks:
                 s.close()
@@ -220,10 +222,11 @@ class MockerContext:
             raise
         return sinks
 
-    async def _watch_metrics(self, rank: int) -> None:
-        async for m in self.engine.watch_metrics(rank):
+    @staticmethod
+    async def _watch_metrics(engine: LiveEngine, prometheus: PrometheusMetrics, rank: int) -> None:
+        async for m in engine.watch_metrics(rank):
             try:
-                self.prometheus.update([m])
+                prometheus.update([m])
             except Exception:     # noqa: BLE001
                 log.exception("updating the Prometheus metrics failed")
 
@@ -232,15 +235,16 @@ class MockerContext:
         self._tasks.add(t)
         t.add_done_callback(self._tasks.discard)
 
-    async def _await_ready(self) -> None:
+    async def _await_ready(self) -> LiveEngine:
         if self._state == "new":
             raise EngineShutdown("generate called before start")
         if self._state == "starting":
             await self._ready.wait()
         if self._state == "failed":
             raise EngineShutdown(f"mocker startup failed: {self._failure}")
-        if self._state != "ready":
+        if self._state != "ready" or self.engine is None:
             raise EngineShutdown("mocker engine is shut down")
+        return self.engine
 
     async def cleanup(self) -> None:
         """Stop every in-flight request (each stream ends with ``cancelled``), then the engine.
@@ -274,7 +278,7 @@ class MockerContext:
         if not isinstance(request, PreprocessedRequest):
             request = PreprocessedRequest.from_dict(request)
         rctx = rctx if rctx is not None else RequestContext()
-        await self._await_ready()
+        engine = await self._await_ready()
         prompt = request.token_ids
         # 1. dp rank
         routing = request.routing or {}
@@ -333,7 +337,7 @@ class MockerContext:
         direct = DirectRequest(tokens=prompt, max_output_tokens=max_out, output_token_ids=plan,
                                uuid=client_id, dp_rank=dp_rank,
                                arrival_timestamp_ms=request.request_timestamp_ms)
-        stream = await self.engine.submit(direct)
+        stream = await engine.submit(direct)
         timer = None
         if self.prometheus is not None:
             timer = self.prometheus.request_timer(self.is_prefill, dp_rank=dp_rank, model_name=model)
@@ -443,7 +447,11 @@ class ResponseStream:
 async def _interruptible_sleep(rctx: RequestContext, seconds: float) -> None:
     loop = asyncio.get_running_loop()
     fut = loop.create_future()
-    handle = loop.call_later(seconds, lambda: fut.done() or fut.set_result(None))
+
+    def wake() -> None:
+        if not fut.done():
+            fut.set_result(None)
+    handle = loop.call_later(seconds, wake)
 
     def stop():
         if not fut.done():

@@ -25,7 +25,7 @@ import logging
 import time
 import uuid as uuidlib
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -141,7 +141,7 @@ class _Route:
     plan: list | None
     eff_len: int
     arrival_ms: float | None
-    stream: LiveRequest | None = None
+    stream: LiveRequest = field(init=False)   # set right after construction (it needs the route)
     row: int = -1                      # scheduler id (core row) once submitted
     state: str = "prepared"            # prepared → submitting → active → closed
     abandoned: bool = False
@@ -211,7 +211,8 @@ class LiveEngine:
         self._arrivals: list = []           # heap of (arrival_ms, seq, route)
         self._seq = itertools.count()
         self._serial = itertools.count()
-        self._wakeup: asyncio.Event | None = None
+        # asyncio events bind to the running loop when first waited on
+        self._wakeup = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._state = "new"
         self._shutdown_result: asyncio.Future | None = None
@@ -219,7 +220,7 @@ class LiveEngine:
         self._origin = 0.0
         self._stalled = False
         self._metrics = [MockerMetrics.initial(r, self.num_gpu_blocks) for r in range(self.dp_size)]
-        self._metrics_changed: asyncio.Event | None = None
+        self._metrics_changed = asyncio.Event()
         self._sglang_obs: list | None = None
         self._closed_ranks: set[int] = set()
         self.passes = 0
@@ -247,8 +248,6 @@ class LiveEngine:
         self._core = LiveCore(self._table, ranks, self.config["engine"]["prefill_schedule_interval"])
         loop = asyncio.get_running_loop()
         self._loop = loop
-        self._wakeup = asyncio.Event()
-        self._metrics_changed = asyncio.Event()
         startup = self.config.get("startup_time") or 0.0
         if startup:
             await asyncio.sleep(float(startup))       # wall clock, never scaled
@@ -332,11 +331,11 @@ class LiveEngine:
             self._retire_route(route)
             raise LiveEngineError("live Mocker engine is not running")
         route.state = "submitting"
-        route.ack = self._loop.create_future()
+        ack = route.ack = self._loop.create_future()
         self._commands.append(route)
         self._wakeup.set()
         try:
-            await asyncio.shield(route.ack)
+            await asyncio.shield(ack)
         except asyncio.CancelledError:
             # the caller went away: the request still gets cancelled once admitted
             self._drop_stream(route)
@@ -352,6 +351,7 @@ class LiveEngine:
             self._retire_route(route)
             return True
         if route.state == "submitting":
+            assert route.ack is not None            # set with the "submitting" state
             try:
                 await asyncio.shield(route.ack)
             except Exception:
@@ -377,8 +377,7 @@ class LiveEngine:
         route.abandoned = True
         route.stream._close()
         self._pending_cancel.append((route, None))
-        if self._wakeup is not None:
-            self._wakeup.set()
+        self._wakeup.set()
 
     def close_rank(self, rank: int) -> None:
         """Retire one rank of a data-parallel group (its handle was dropped): its streams end,
@@ -448,8 +447,7 @@ class LiveEngine:
                 except Exception:     # noqa: BLE001
                     log.exception("closing a KV event sink failed")
         self._state = "stopped"
-        if self._metrics_changed is not None:
-            self._metrics_changed.set()
+        self._metrics_changed.set()
         if err is not None:
             raise err
 
@@ -584,6 +582,7 @@ class LiveEngine:
             a = route.arrival_ms if route.arrival_ms is not None else now
             heapq.heappush(self._arrivals, (a, next(self._seq), route))
             route.state = "active"
+            assert route.ack is not None            # set with the "submitting" state
             route.ack.set_result(None)
             self._stalled = False
 
@@ -635,8 +634,7 @@ class LiveEngine:
             route.ack.set_result(None)      # a pending submit returns; its stream has ended
         if self._routes.get(route.client_id) is route:
             del self._routes[route.client_id]
-        if route.stream is not None:
-            route.stream._close()
+        route.stream._close()
         if route.row >= 0:
             self._by_row.pop(route.row, None)
             self._core.cancel(route.row)        # no-op unless it is still scheduled (shutdown, failure)
@@ -783,7 +781,7 @@ class LiveEngine:
             sink = self._sinks[rank] if self._sinks else None
             if len(h) == 0 or sink is None:
                 continue
-            events = []
+            events: list[BlockStored | BlockRemoved] = []
             i, n = 0, len(h)
             while i < n:
                 if st[i]:
@@ -819,9 +817,12 @@ class LiveEngine:
         return tuple(out)
 
     def _send_fpm(self, snaps: list) -> None:
+        sink = self._fpm_sink
+        if sink is None:
+            return
         for rank, snap in snaps:
             try:
-                self._fpm_sink(rank, snap)
+                sink(rank, snap)
             except Exception:     # noqa: BLE001
                 log.exception("forward-pass metrics sink failed")
 
