@@ -11,7 +11,8 @@ Each ``mocker/_core/<mod>.pyi`` is compared with the compiled module it describe
 * signatures: parameter names, kinds and which have defaults, wherever the module exposes a
   signature (``def`` functions and methods are cyfunctions under ``binding=True``).  Cython
   exposes none for ``__cinit__`` or a cdef class's ``__init__``: the constructor is read from
-  the ``.pyx`` the module was built from (installed next to it), ``__init__`` first, else
+  the ``.pyx`` the module was built from (in the source tree; the wheel does not ship it),
+  ``__init__`` first, else
   ``__cinit__`` without a trailing ``*args, **kwargs`` (which only lets subclasses add
   parameters).  Dunder methods keep their protocol's signature and are checked by name only.
 
@@ -310,13 +311,17 @@ def _check_class(cls: type, node: ast.ClassDef, stubs: StubSet, pyx_of) -> list[
 
 
 def _pyx_source(name: str) -> str:
-    path = CORE_DIR / f"{name}.pyx"
-    assert path.is_file(), f"{path} is not installed: the constructor check reads it"
+    path = SOURCE_CORE_DIR / f"{name}.pyx"
+    assert path.is_file(), f"{path} is missing: the constructor check reads it"
     return path.read_text()
 
 
 def _installed_stubs() -> dict[str, str]:
     return {p.stem: p.read_text() for p in sorted(CORE_DIR.glob("*.pyi"))}
+
+
+# the sources the installed modules were built from (read as text, never imported)
+SOURCE_CORE_DIR = pathlib.Path(__file__).resolve().parent.parent / "src" / "mocker" / "_core"
 
 
 # -- tests -------------------------------------------------------------------------------------
@@ -375,11 +380,6 @@ def test_cython_parameter_lists_are_read():
 
 
 # -- mypy --------------------------------------------------------------------------------------
-# Modules another change is rewriting; their errors are expected until it lands.  Once they are
-# clean, test_mypy_pending_modules fails: then empty this tuple.
-_PENDING_MYPY = ("mocker/replay/",)
-
-
 @pytest.fixture(scope="module")
 def mypy_errors(tmp_path_factory) -> list[str]:
     if importlib.util.find_spec("mypy") is None:
@@ -398,19 +398,5 @@ def mypy_errors(tmp_path_factory) -> list[str]:
     return lines
 
 
-def _pending(line: str) -> bool:
-    return any(p in line.replace("\\", "/") for p in _PENDING_MYPY)
-
-
 def test_mypy_is_clean(mypy_errors):
-    errors = [ln for ln in mypy_errors if not _pending(ln)]
-    assert errors == [], "\n".join(errors)
-
-
-def test_mypy_pending_modules(mypy_errors):
-    if not _PENDING_MYPY:
-        return
-    pending = [ln for ln in mypy_errors if _pending(ln)]
-    assert pending, f"{_PENDING_MYPY} are mypy-clean now: empty _PENDING_MYPY in {__file__}"
-    short = [ln[ln.rfind("mocker/"):] if "mocker/" in ln else ln for ln in pending]
-    pytest.xfail(f"{len(pending)} mypy errors in modules being rewritten: " + "; ".join(short))
+    assert mypy_errors == [], "\n".join(mypy_errors)
