@@ -319,57 +319,57 @@ cdef class ReqTable:
 
     cdef object _column(self, str name):
         if name == "arrival_time_ms":
-            return _f64(self.arrival.data(), self.arrival.size())
+            return _copy(self.arrival.data(), self.arrival.size(), np.float64)
         elif name == "input_length":
-            return _i64(self.prompt_len.data(), self.prompt_len.size())
+            return _copy(self.prompt_len.data(), self.prompt_len.size(), np.int64)
         elif name == "requested_output_length":
-            return _i64(self.req_out.data(), self.req_out.size())
+            return _copy(self.req_out.data(), self.req_out.size(), np.int64)
         elif name == "status":
-            return _i8(self.status.data(), self.status.size())
+            return _copy(self.status.data(), self.status.size(), np.int8)
         elif name == "worker":
-            return _i32(self.worker.data(), self.worker.size())
+            return _copy(self.worker.data(), self.worker.size(), np.int32)
         elif name == "first_admit_ms":
-            return _f64(self.first_admit.data(), self.first_admit.size())
+            return _copy(self.first_admit.data(), self.first_admit.size(), np.float64)
         elif name == "first_token_ms":
-            return _f64(self.first_token.data(), self.first_token.size())
+            return _copy(self.first_token.data(), self.first_token.size(), np.float64)
         elif name == "second_token_ms":
-            return _f64(self.second_token.data(), self.second_token.size())
+            return _copy(self.second_token.data(), self.second_token.size(), np.float64)
         elif name == "last_token_ms":
-            return _f64(self.last_token.data(), self.last_token.size())
+            return _copy(self.last_token.data(), self.last_token.size(), np.float64)
         elif name == "terminal_time_ms":
-            return _f64(self.terminal_time.data(), self.terminal_time.size())
+            return _copy(self.terminal_time.data(), self.terminal_time.size(), np.float64)
         elif name == "output_length":
-            return _i64(self.out_tokens.data(), self.out_tokens.size())
+            return _copy(self.out_tokens.data(), self.out_tokens.size(), np.int64)
         elif name == "reused_first":
-            return _i64(self.reused_first.data(), self.reused_first.size())
+            return _copy(self.reused_first.data(), self.reused_first.size(), np.int64)
         elif name == "reused_max":
-            return _i64(self.reused_max.data(), self.reused_max.size())
+            return _copy(self.reused_max.data(), self.reused_max.size(), np.int64)
         elif name == "reused_dec":
-            return _i64(self.reused_dec.data(), self.reused_dec.size())
+            return _copy(self.reused_dec.data(), self.reused_dec.size(), np.int64)
         elif name == "admissions":
-            return _i32(self.admissions.data(), self.admissions.size())
+            return _copy(self.admissions.data(), self.admissions.size(), np.int32)
         elif name == "adm_rid":
-            return _i32(self.adm_rid.data(), self.adm_rid.size())
+            return _copy(self.adm_rid.data(), self.adm_rid.size(), np.int32)
         elif name == "adm_at":
-            return _f64(self.adm_at.data(), self.adm_at.size())
+            return _copy(self.adm_at.data(), self.adm_at.size(), np.float64)
         elif name == "adm_reused":
-            return _i64(self.adm_reused.data(), self.adm_reused.size())
+            return _copy(self.adm_reused.data(), self.adm_reused.size(), np.int64)
         elif name == "adm_pool":
-            return _i8(self.adm_pool.data(), self.adm_pool.size())
+            return _copy(self.adm_pool.data(), self.adm_pool.size(), np.int8)
         elif name == "prefill_worker":
-            return _i32(self.prefill_worker.data(), self.prefill_worker.size())
+            return _copy(self.prefill_worker.data(), self.prefill_worker.size(), np.int32)
         elif name == "prefill_admit_ms":
-            return _f64(self.prefill_admit.data(), self.prefill_admit.size())
+            return _copy(self.prefill_admit.data(), self.prefill_admit.size(), np.float64)
         elif name == "source_held_ms":
-            return _f64(self.source_held.data(), self.source_held.size())
+            return _copy(self.source_held.data(), self.source_held.size(), np.float64)
         elif name == "destination_reserved_ms":
-            return _f64(self.dest_reserved.data(), self.dest_reserved.size())
+            return _copy(self.dest_reserved.data(), self.dest_reserved.size(), np.float64)
         elif name == "destination_activated_ms":
-            return _f64(self.dest_activated.data(), self.dest_activated.size())
+            return _copy(self.dest_activated.data(), self.dest_activated.size(), np.float64)
         elif name == "decode_admit_ms":
-            return _f64(self.decode_admit.data(), self.decode_admit.size())
+            return _copy(self.decode_admit.data(), self.decode_admit.size(), np.float64)
         elif name == "source_released_ms":
-            return _f64(self.source_released.data(), self.source_released.size())
+            return _copy(self.source_released.data(), self.source_released.size(), np.float64)
         raise KeyError(f"no request-table column {name!r}")
 
     def set_prompt(self, rid_t r, token_ids, int64_t max_output_tokens):
@@ -402,35 +402,11 @@ cdef class ReqTable:
 
 
 # -- copies of the table's vectors as numpy arrays (no Python object per element) ----------
-cdef object _f64(const double* p, size_t n):
-    out = np.empty(n, dtype=np.float64)
-    cdef double[::1] m = out
+cdef object _copy(const void* p, size_t n, object dtype):
+    out = np.empty(n, dtype=dtype)
+    cdef unsigned char[::1] raw = out.view(np.uint8)
     if n:
-        memcpy(&m[0], p, n * sizeof(double))
-    return out
-
-
-cdef object _i64(const int64_t* p, size_t n):
-    out = np.empty(n, dtype=np.int64)
-    cdef int64_t[::1] m = out
-    if n:
-        memcpy(&m[0], p, n * sizeof(int64_t))
-    return out
-
-
-cdef object _i32(const int32_t* p, size_t n):
-    out = np.empty(n, dtype=np.int32)
-    cdef int32_t[::1] m = out
-    if n:
-        memcpy(&m[0], p, n * sizeof(int32_t))
-    return out
-
-
-cdef object _i8(const int8_t* p, size_t n):
-    out = np.empty(n, dtype=np.int8)
-    cdef int8_t[::1] m = out
-    if n:
-        memcpy(&m[0], p, n * sizeof(int8_t))
+        memcpy(&raw[0], p, <size_t>out.nbytes)
     return out
 
 
