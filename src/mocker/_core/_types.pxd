@@ -1,5 +1,5 @@
 # Fixed dtypes of the compiled core: int32 ids, int64 counters, float64 times (ms).
-from libc.stdint cimport int8_t, int32_t, int64_t, uint32_t, uint64_t
+from libc.stdint cimport int8_t, int32_t, int64_t, uint32_t, uint64_t, INT32_MAX
 
 ctypedef int32_t rid_t      # request index in the run's request table
 ctypedef int32_t slot_t     # physical KV block slot
@@ -7,6 +7,9 @@ ctypedef int64_t count_t    # token / block counters
 ctypedef uint64_t hash_t    # chained block hash
 ctypedef double ms_t        # simulated time, milliseconds
 
+# Error handling: cdef functions that can allocate (directly or through callees) return an
+# int status declared `except -1 nogil` (or another impossible value), so a std::bad_alloc
+# becomes MemoryError at the Python entry point; pure functions stay `noexcept`.
 
 # a KV cache event: a block (page) hash became cached on a worker, or its last copy left
 cdef struct KvEvent:
@@ -30,3 +33,22 @@ cdef extern from *:
     """
     # hint that *p is about to be written (no-op where unsupported)
     void prefetch_w "MOCKER_PREFETCH" (const void* p) noexcept nogil
+
+
+cdef extern from "<queue>" namespace "std" nogil:
+    # std::priority_queue with `push` declared `except +` (libcpp.queue's is not: a bad_alloc
+    # there would terminate the process)
+    cdef cppclass pqueue "std::priority_queue"[T]:
+        pqueue() except +
+        bint empty()
+        void pop()
+        void push(const T&) except +
+        size_t size()
+        T& top()
+
+
+cdef inline int check_count(object n, str what, int64_t limit) except -1:
+    """ValueError unless 0 <= ``n`` <= ``limit`` (a count that becomes 32-bit ids)."""
+    if n < 0 or n > limit:
+        raise ValueError(f"{what} must be between 0 and {limit}, got {n}")
+    return 0

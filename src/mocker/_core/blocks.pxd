@@ -36,8 +36,9 @@ cdef class BlockPool:
     cdef void _lru_push(self, slot_t s) noexcept nogil
     cdef void _lru_remove(self, slot_t s) noexcept nogil
     cdef slot_t _primary(self, hash_t h) noexcept nogil
-    cdef void _unindex(self, slot_t s) noexcept nogil
+    cdef int _unindex(self, slot_t s) except -1 nogil
     cdef void lookup(self, const hash_t* hs, int64_t nfull, int64_t* overlap, int64_t* active_overlap) noexcept nogil
-    cdef bint allocate(self, vector[slot_t]* table, int64_t tgt_blocks, const hash_t* hit_hashes, int64_t n_hits) noexcept nogil
-    cdef void cache_block(self, slot_t s, hash_t h) noexcept nogil
-    cdef void release(self, vector[slot_t]* table) noexcept nogil
+    # 1 = allocated, 0 = no room (nothing changed)
+    cdef int allocate(self, vector[slot_t]* table, int64_t tgt_blocks, const hash_t* hit_hashes, int64_t n_hits) except -1 nogil
+    cdef int cache_block(self, slot_t s, hash_t h) except -1 nogil
+    cdef int release(self, vector[slot_t]* table) except -1 nogil

@@ -8,12 +8,14 @@ hits attach to.  Released cached copies go to the LRU tail; eviction pops the he
 from cython.operator cimport dereference as deref
 from libcpp.vector cimport vector
 from libcpp.unordered_map cimport unordered_map
-from mocker._core._types cimport int64_t, uint64_t, hash_t, slot_t, KvEvent
+from libcpp.utility cimport pair
+from mocker._core._types cimport int64_t, uint64_t, hash_t, slot_t, KvEvent, INT32_MAX, check_count
 
 
 cdef class BlockPool:
     def __cinit__(self, int64_t capacity, bint caching=True, bint record_events=False):
         cdef slot_t s
+        check_count(capacity, "block pool capacity (num_gpu_blocks)", INT32_MAX)    # 32-bit slot ids
         self.capacity = capacity
         self.caching = caching
         self.record_events = record_events
@@ -66,7 +68,7 @@ cdef class BlockPool:
             return -1
         return deref(it).second
 
-    cdef void _unindex(self, slot_t s) noexcept nogil:
+    cdef int _unindex(self, slot_t s) except -1 nogil:
         cdef hash_t h = self.s_hash[s]
         cdef slot_t head = self.by_hash[h]
         cdef slot_t c
@@ -84,21 +86,22 @@ cdef class BlockPool:
             self.s_dup_next[c] = self.s_dup_next[s]
         self.s_dup_next[s] = -1
         self.s_cached[s] = 0
+        return 0
 
-    cdef void cache_block(self, slot_t s, hash_t h) noexcept nogil:
+    cdef int cache_block(self, slot_t s, hash_t h) except -1 nogil:
         """Turn private copy ``s`` into a cached copy of ``h`` (appended after existing copies)."""
         cdef slot_t head, c
         cdef unordered_map[hash_t, slot_t].iterator it
         if self.s_cached[s] and self.s_hash[s] == h:
-            return          # already a cached copy of h (e.g. a resident prefix block a destination reused)
+            return 0        # already a cached copy of h (e.g. a resident prefix block a destination reused)
         self.s_hash[s] = h
         if not self.caching:
-            return
+            return 0
         self.s_cached[s] = 1
         self.s_dup_next[s] = -1
         it = self.by_hash.find(h)
         if it == self.by_hash.end():
-            self.by_hash[h] = s
+            self.by_hash.insert(pair[hash_t, slot_t](h, s))     # (operator[] is not declared except +)
             if self.record_events:
                 self.events.push_back(KvEvent(h, 1, self.ev_rid, self.ev_pos))
         else:
@@ -106,6 +109,7 @@ cdef class BlockPool:
             while self.s_dup_next[c] >= 0:
                 c = self.s_dup_next[c]
             self.s_dup_next[c] = s
+        return 0
 
     # -- operations -----------------------------------------------------------
     cdef void lookup(self, const hash_t* hs, int64_t nfull, int64_t* overlap, int64_t* active_overlap) noexcept nogil:
@@ -122,14 +126,14 @@ cdef class BlockPool:
         overlap[0] = ov
         active_overlap[0] = act
 
-    cdef bint allocate(self, vector[slot_t]* table, int64_t tgt_blocks, const hash_t* hit_hashes, int64_t n_hits) noexcept nogil:
+    cdef int allocate(self, vector[slot_t]* table, int64_t tgt_blocks, const hash_t* hit_hashes, int64_t n_hits) except -1 nogil:
         """Grow ``table`` to ``tgt_blocks`` entries: ``n_hits`` prefix hits first, then fresh copies.
 
-        Returns False (and changes nothing) when fresh capacity cannot be found.
+        Returns 0 (and changes nothing) when fresh capacity cannot be found, else 1.
         """
         cdef int64_t prev = <int64_t>table.size()
         if tgt_blocks <= prev:
-            return True
+            return 1
         if n_hits > tgt_blocks - prev:
             n_hits = tgt_blocks - prev
         if n_hits < 0:
@@ -142,7 +146,7 @@ cdef class BlockPool:
             if s >= 0 and self.s_in_lru[s]:
                 inactive_hits += 1
         if fresh - <int64_t>self.free_slots.size() > self.lru_len - inactive_hits:
-            return False
+            return 0
         for i in range(n_hits):
             s = self._primary(hit_hashes[i])
             if self.s_in_lru[s]:
@@ -162,9 +166,9 @@ cdef class BlockPool:
             self.s_refs[s] = 1
             self.s_cached[s] = 0
             table.push_back(s)
-        return True
+        return 1
 
-    cdef void release(self, vector[slot_t]* table) noexcept nogil:
+    cdef int release(self, vector[slot_t]* table) except -1 nogil:
         """Drop one holder of every block of ``table``, last block first; clears the table."""
         cdef int64_t i
         cdef slot_t s
@@ -179,6 +183,7 @@ cdef class BlockPool:
                 self.s_used[s] = 0
                 self.free_slots.push_back(s)
         table.clear()
+        return 0
 
     # -- Python-visible views (tests, metrics) ----------------------------------
     @property

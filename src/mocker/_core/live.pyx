@@ -12,7 +12,7 @@ import numpy as np
 cimport numpy as cnp
 from libc.stdint cimport int8_t, int32_t, int64_t, uint64_t
 from libcpp.vector cimport vector
-from mocker._core._types cimport rid_t, hash_t, KvEvent
+from mocker._core._types cimport rid_t, hash_t, KvEvent, INT32_MAX
 from mocker._core.table cimport (ReqTable, TokRun, RUN_CONST, gen_token, ST_PENDING, ST_WAITING,
                                  ST_RUNNING, ST_COMPLETED, ST_REJECTED, ST_CANCELLED)
 from mocker._core.rank cimport Rank, step_group
@@ -33,6 +33,7 @@ cdef class LiveCore:
     cdef vector[rid_t] free_rids       # retired slots, reused by later requests
     cdef int64_t used                  # rows handed out so far
     cdef bint _effect
+    cdef bint failed                   # a MemoryError left the state half-updated
     cdef public int64_t passes
     cdef public double last_start
     cdef public double last_end
@@ -49,11 +50,28 @@ cdef class LiveCore:
         self.stepped.resize(self.dp, 0)
         self.used = table.n
 
+    cdef int _usable(self) except -1:
+        if self.failed:
+            raise RuntimeError("this live core failed earlier (MemoryError) and cannot continue")
+        return 0
+
+    cdef int _row(self, int64_t r) except -1:
+        """IndexError unless ``r`` is a row handed out by ``submit``."""
+        if r < 0 or r >= self.used:
+            raise IndexError(f"request row {r} out of range [0, {self.used})")
+        return 0
+
+    cdef int _rank(self, int64_t rank) except -1:
+        if rank < 0 or rank >= self.dp:
+            raise IndexError(f"rank {rank} out of range [0, {self.dp})")
+        return 0
+
     # -- requests ------------------------------------------------------------------
     def submit(self, tokens, int64_t max_output_tokens, int64_t rank, double arrival_ms=0.0):
         """Queue a request on ``rank``; returns its row id (the scheduler id)."""
         if rank < 0 or rank >= self.dp:
             raise ValueError(f"dp_rank {rank} is out of bounds for dp_size {self.dp}")
+        self._usable()
         cdef cnp.int64_t[::1] tok = np.ascontiguousarray(tokens, dtype=np.int64)
         cdef rid_t r
         cdef int64_t i, n = tok.shape[0], grow_to
@@ -66,10 +84,16 @@ cdef class LiveCore:
             self.t.reset(r)
         else:
             if self.used >= self.t.n:
-                grow_to = max(64, 2 * self.t.n)
-                self.t.resize(grow_to)
-                for rk in self._ranks:
-                    (<Rank>rk).grow(grow_to)
+                if self.used >= INT32_MAX:
+                    raise ValueError(f"live request rows must stay below {INT32_MAX} (32-bit ids)")
+                grow_to = min(max(64, 2 * self.t.n), <int64_t>INT32_MAX)
+                try:
+                    self.t.resize(grow_to)
+                    for rk in self._ranks:
+                        (<Rank>rk).grow(grow_to)
+                except BaseException:
+                    self.failed = True
+                    raise
             r = <rid_t>self.used
             self.used += 1
         # run-length encode the prompt (the hashes depend on token values only)
@@ -86,7 +110,11 @@ cdef class LiveCore:
                 tr.n = 1
         if tr.n > 0:
             runs.push_back(tr)
-        self.t.set_prompt_runs(r, runs.data(), <int64_t>runs.size())
+        try:
+            self.t.set_prompt_runs(r, runs.data(), <int64_t>runs.size())
+        except BaseException:
+            self.failed = True
+            raise
         self.t.req_out[r] = max_output_tokens
         self.t.max_out[r] = max_output_tokens
         self.t.arrival[r] = arrival_ms
@@ -97,11 +125,16 @@ cdef class LiveCore:
             # reference does); a live engine refuses the request instead
             self.t.status[r] = ST_REJECTED
             return r
-        rk.add_request(r)
+        try:
+            rk.add_request(r)
+        except BaseException:
+            self.failed = True
+            raise
         return r
 
     def rejected(self, rid_t r):
         """True if ``r`` was refused at submission (it never entered a rank)."""
+        self._row(r)
         return self.t.status[r] == ST_REJECTED
 
     def cancel(self, rid_t r):
@@ -111,7 +144,12 @@ cdef class LiveCore:
             return False
         if self.t.status[r] != ST_WAITING and self.t.status[r] != ST_RUNNING:
             return False
-        return (<Rank>self.ranks[self.t.worker[r]]).abort(r)
+        self._usable()
+        try:
+            return bool((<Rank>self.ranks[self.t.worker[r]]).abort(r))
+        except BaseException:
+            self.failed = True
+            raise
 
     def retire(self, rid_t r):
         """The live layer is done with row ``r`` (terminal and delivered): recycle it."""
@@ -137,9 +175,14 @@ cdef class LiveCore:
         ``effect`` tells afterwards whether the pass changed anything."""
         cdef bint throttle = self.dp > 1 and self.interval > 1 and self.wave % self.interval != 0
         cdef double end
-        with nogil:
-            end = step_group(self.ranks.data(), self.dp, now, throttle, self.stepped.data(),
-                             &self._effect)
+        self._usable()
+        try:
+            with nogil:
+                step_group(self.ranks.data(), self.dp, now, throttle, self.stepped.data(),
+                           &self._effect, &end)
+        except BaseException:
+            self.failed = True
+            raise
         self.wave += 1
         self.passes += 1
         self.last_start = now
@@ -197,6 +240,7 @@ cdef class LiveCore:
         ``(hash uint64, stored int8, row int32, block int32, parent uint64, has_parent int8)``.
         Stored events name the row and block that became cached and the hash of the block
         before it (the chain parent)."""
+        self._rank(rank)
         cdef vector[KvEvent]* evs = (<Rank>self.ranks[rank]).kv_events()
         cdef int64_t n = 0 if evs == NULL else <int64_t>evs.size(), i
         h = np.empty(n, dtype=np.uint64)
@@ -224,18 +268,23 @@ cdef class LiveCore:
 
     # -- per-request views ---------------------------------------------------------
     def generated(self, rid_t r):
+        self._row(r)
         return self.t.generated[r]
 
     def max_output(self, rid_t r):
+        self._row(r)
         return self.t.max_out[r]
 
     def reused_first(self, rid_t r):
+        self._row(r)
         return self.t.reused_first[r]
 
     def status(self, rid_t r):
+        self._row(r)
         return self.t.status[r]
 
     def prompt_len(self, rid_t r):
+        self._row(r)
         return self.t.prompt_len[r]
 
     def generated_token_ids(self, rid_t r, int64_t g0, int64_t n):
@@ -250,6 +299,7 @@ cdef class LiveCore:
 
     def cached_hashes(self, int64_t rank):
         """The set of block hashes rank ``rank`` holds in its prefix cache."""
+        self._rank(rank)
         rk = self._ranks[rank]
         if isinstance(rk, VllmRank):
             return (<VllmRank>rk).pool.cached_hashes()
@@ -258,6 +308,7 @@ cdef class LiveCore:
     # -- metrics -------------------------------------------------------------------
     def rank_metrics(self, int64_t rank):
         """``(active_blocks, total_blocks, running, waiting, preemptions_total)``."""
+        self._rank(rank)
         cdef Rank rk = <Rank>self.ranks[rank]
         cdef int64_t active = 0
         if isinstance(rk, VllmRank):
@@ -274,6 +325,7 @@ cdef class LiveCore:
         prompt tokens, variance of those, Σ tokens already in KV), decode (count, Σ context
         tokens, variance), then the queue left behind (prefill count, Σ tokens, variance;
         decode count, Σ, variance)."""
+        self._rank(rank)
         cdef Rank rk = <Rank>self.ranks[rank]
         cdef int64_t pid = rk.pass_id
         cdef rid_t r
@@ -312,6 +364,7 @@ cdef class LiveCore:
     def pass_stats(self, int64_t rank):
         """What rank ``rank`` did in the last pass: ``(stepped, prefill_n, decode_n,
         committed_prefill_tokens, start, end)``."""
+        self._rank(rank)
         cdef Rank rk = <Rank>self.ranks[rank]
         return (bool(self.stepped[rank]), rk.out.prefill_n, rk.out.decode_n,
                 rk.out.committed_prefill, rk.out.start, rk.out.end)

@@ -3,10 +3,9 @@
 # of the root) are in the hash index: a chain is walked through `only_child` links.
 cimport cython
 from libcpp.vector cimport vector
-from libcpp.queue cimport priority_queue
 from libcpp.pair cimport pair
 from libc.stdint cimport uint64_t
-from mocker._core._types cimport int8_t, int32_t, int64_t, hash_t, slot_t, rid_t, KvEvent, prefetch_w
+from mocker._core._types cimport int8_t, int32_t, int64_t, hash_t, slot_t, rid_t, KvEvent, prefetch_w, pqueue
 
 ctypedef pair[int64_t, slot_t] HeapItem     # (-stamp, -slot): the max-heap pops the oldest leaf
 
@@ -41,7 +40,7 @@ cdef class RadixCache:
     cdef int64_t n_index             # nodes in the index
     cdef int64_t n_tree              # nodes in the tree
     cdef vector[slot_t] free_slots   # unoccupied pages
-    cdef priority_queue[HeapItem] leaves       # candidate evictable leaves (lazily validated)
+    cdef pqueue[HeapItem] leaves     # candidate evictable leaves (lazily validated)
     cdef int64_t evictable           # tree pages with lock 0
     cdef int64_t clock               # logical clock: one tick per match-lock / insert operation
     cdef int64_t evictions
@@ -58,16 +57,17 @@ cdef class RadixCache:
     cdef slot_t _child(self, slot_t p, hash_t h) noexcept nogil
     cdef void _index_kids_of(self, slot_t p) noexcept nogil
     cdef bint _indexed(self, slot_t s) noexcept nogil
-    cdef int64_t lock_path(self, const hash_t* hs, int64_t n, vector[slot_t]* pages) noexcept nogil
-    cdef void unlock_path(self, const slot_t* pages, int64_t n, int64_t touch, int64_t skip_lo, int64_t skip_hi) noexcept nogil
+    cdef int64_t lock_path(self, const hash_t* hs, int64_t n, vector[slot_t]* pages) except -1 nogil
+    cdef int unlock_path(self, const slot_t* pages, int64_t n, int64_t touch, int64_t skip_lo, int64_t skip_hi) except -1 nogil
     cdef bint is_edge_end(self, slot_t s) noexcept nogil
     cdef void split_after(self, slot_t s) noexcept nogil
-    cdef slot_t lock_cached(self, slot_t page, slot_t s) noexcept nogil
-    cdef bint alloc(self, int64_t k, vector[slot_t]* pages) noexcept nogil
-    cdef void free_page(self, slot_t s) noexcept nogil
-    cdef slot_t insert_page(self, slot_t page, hash_t h, slot_t parent, int64_t stamp, bint head) noexcept nogil
-    cdef void _evict(self, int64_t k) noexcept nogil
-    cdef void _push_leaf(self, slot_t s) noexcept nogil
+    cdef slot_t lock_cached(self, slot_t page, slot_t s) except -1 nogil
+    # 1 = allocated, 0 = impossible (nothing changed)
+    cdef int alloc(self, int64_t k, vector[slot_t]* pages) except -1 nogil
+    cdef int free_page(self, slot_t s) except -1 nogil
+    cdef slot_t insert_page(self, slot_t page, hash_t h, slot_t parent, int64_t stamp, bint head) except -1 nogil
+    cdef int _evict(self, int64_t k) except -1 nogil
+    cdef int _push_leaf(self, slot_t s) except -1 nogil
     cdef uint64_t _home(self, hash_t h) noexcept nogil
     cdef slot_t _find(self, hash_t h) noexcept nogil
     cdef void _index_put(self, slot_t s) noexcept nogil

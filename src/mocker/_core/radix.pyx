@@ -26,7 +26,7 @@ edge's stamp, and page-wise LRU eviction (tail first) equals the reference's par
 eviction of the oldest leaf edge.
 """
 from libcpp.vector cimport vector
-from mocker._core._types cimport int64_t, hash_t, slot_t, KvEvent
+from mocker._core._types cimport int64_t, hash_t, slot_t, KvEvent, INT32_MAX, check_count
 from libc.stdint cimport uint64_t
 
 
@@ -35,6 +35,7 @@ cdef class RadixCache:
         cdef slot_t s
         cdef Node blank
         cdef uint64_t n = 16
+        check_count(capacity, "radix cache capacity (num_gpu_blocks)", INT32_MAX)    # 32-bit page ids
         self.capacity = capacity
         self.caching = caching
         self.record_events = record_events
@@ -44,11 +45,12 @@ cdef class RadixCache:
         blank.lock = 0
         blank.only_child = BRANCHED
         blank.head = 0
-        self.nodes.assign(capacity, blank)
-        self.parent.assign(capacity, OFF_TREE)
+        # (resize, not assign: libcpp declares assign(n, x) without except +)
+        self.nodes.resize(capacity, blank)
+        self.parent.resize(capacity, OFF_TREE)
         while n < <uint64_t>(2 * capacity + 2):
             n <<= 1
-        self.table.assign(n, 0)
+        self.table.resize(n, 0)
         self.tmask = n - 1
         self.n_index = 0
         self.n_tree = 0
@@ -135,7 +137,7 @@ cdef class RadixCache:
         self._descend(hs, n, &depth)
         return depth
 
-    cdef int64_t lock_path(self, const hash_t* hs, int64_t n, vector[slot_t]* pages) noexcept nogil:
+    cdef int64_t lock_path(self, const hash_t* hs, int64_t n, vector[slot_t]* pages) except -1 nogil:
         """Lock the first ``n`` (matched) pages and append them to ``pages``.
 
         Stamps are left to the caller's lazy touch.  If the match ends inside an edge, the edge
@@ -172,7 +174,7 @@ cdef class RadixCache:
         if self.nodes[s].children > 0 and self.nodes[s].only_child != BRANCHED:
             self.nodes[self.nodes[s].only_child].head = 1
 
-    cdef void unlock_path(self, const slot_t* pages, int64_t n, int64_t touch, int64_t skip_lo, int64_t skip_hi) noexcept nogil:
+    cdef int unlock_path(self, const slot_t* pages, int64_t n, int64_t touch, int64_t skip_lo, int64_t skip_hi) except -1 nogil:
         """Release one holder of each tree page of a path; freed leaves become evictable.
 
         The pages get the holder's latest access ``touch``, except ``pages[skip_lo:skip_hi]`` (an
@@ -191,18 +193,20 @@ cdef class RadixCache:
                 self.evictable += 1
                 if self.nodes[s].children == 0:
                     self._push_leaf(s)
+        return 0
 
-    cdef void _push_leaf(self, slot_t s) noexcept nogil:
+    cdef int _push_leaf(self, slot_t s) except -1 nogil:
         self.leaves.push(HeapItem(-self.nodes[s].stamp, -s))
+        return 0
 
-    cdef void _evict(self, int64_t k) noexcept nogil:
+    cdef int _evict(self, int64_t k) except -1 nogil:
         cdef slot_t s = -1, p
         cdef int64_t stamp
         cdef HeapItem item
         while k > 0:
             if s < 0:
                 if self.leaves.empty():
-                    return
+                    return 0
                 stamp = -self.leaves.top().first
                 s = -self.leaves.top().second
                 self.leaves.pop()
@@ -236,27 +240,29 @@ cdef class RadixCache:
                         self.leaves.push(item)
         if s >= 0:
             self._push_leaf(s)
+        return 0
 
-    cdef bint alloc(self, int64_t k, vector[slot_t]* pages) noexcept nogil:
-        """Append ``k`` private pages to ``pages``, evicting as needed; False (no change) if impossible."""
+    cdef int alloc(self, int64_t k, vector[slot_t]* pages) except -1 nogil:
+        """Append ``k`` private pages to ``pages``, evicting as needed; 0 (no change) if impossible."""
         cdef int64_t i
         cdef slot_t s
         if k <= 0:
-            return True
+            return 1
         if <int64_t>self.free_slots.size() + self.evictable < k:
-            return False
+            return 0
         if <int64_t>self.free_slots.size() < k:
             self._evict(k - <int64_t>self.free_slots.size())
             if <int64_t>self.free_slots.size() < k:
-                return False
+                return 0
         for i in range(k):
             s = self.free_slots.back()
             self.free_slots.pop_back()
             pages.push_back(s)
-        return True
+        return 1
 
-    cdef void free_page(self, slot_t s) noexcept nogil:
+    cdef int free_page(self, slot_t s) except -1 nogil:
         self.free_slots.push_back(s)
+        return 0
 
     cdef void _index_kids_of(self, slot_t p) noexcept nogil:
         """``p`` gets a second child: its existing only child joins the hash index."""
@@ -267,7 +273,7 @@ cdef class RadixCache:
         cdef slot_t p = self.parent[s]
         return p == ROOT or self.nodes[p].only_child == BRANCHED
 
-    cdef slot_t lock_cached(self, slot_t page, slot_t s) noexcept nogil:
+    cdef slot_t lock_cached(self, slot_t page, slot_t s) except -1 nogil:
         """A request's private ``page`` duplicates tree page ``s``: free it, lock ``s`` instead
         (its stamp is left to the caller's lazy touch)."""
         self.free_slots.push_back(page)
@@ -276,7 +282,7 @@ cdef class RadixCache:
         self.nodes[s].lock += 1
         return s
 
-    cdef slot_t insert_page(self, slot_t page, hash_t h, slot_t parent, int64_t stamp, bint head) noexcept nogil:
+    cdef slot_t insert_page(self, slot_t page, hash_t h, slot_t parent, int64_t stamp, bint head) except -1 nogil:
         """Insert private ``page`` holding content ``h`` under ``parent``, locked by its owner.
 
         ``head``: the page starts a new edge (else it extends its parent's edge).  If ``h`` is

@@ -43,25 +43,26 @@ cdef class Rank:
     cdef int64_t cap_gen            # capacity generation (completions, preemptions / retractions)
     cdef vector[int64_t] att_gen    # per waiting destination: generation of its last attempt
 
-    cdef void add_request(self, rid_t r) noexcept nogil
-    cdef void step(self, double now) noexcept nogil
+    # growth paths return 0 (or a bint result) and -1 with MemoryError set
+    cdef int add_request(self, rid_t r) except -1 nogil
+    cdef int step(self, double now) except -1 nogil
     cdef int64_t remaining(self, rid_t r) noexcept nogil
     cdef void begin_pass(self, double now) noexcept nogil
-    cdef void emit_token(self, rid_t r, double end) noexcept nogil
+    cdef int emit_token(self, rid_t r, double end) except -1 nogil
     cdef vector[KvEvent]* kv_events(self) noexcept nogil
     cdef void restamp(self, double end) noexcept nogil
     cdef void begin_group_pass(self, double now) noexcept nogil
     cdef bint finish_group_pass(self, bint stepped, bint any_prefill, bint any_model, double end) noexcept nogil
-    cdef bint abort(self, rid_t r) noexcept nogil
-    cdef void grow(self, int64_t n) noexcept nogil
-    cdef bint _unqueue(self, rid_t r) noexcept nogil
+    cdef int abort(self, rid_t r) except -1 nogil
+    cdef int grow(self, int64_t n) except -1 nogil
+    cdef int _unqueue(self, rid_t r) except -1 nogil
     # disaggregated handoff roles (docs/core-sim.md §6.6); the base rank has none
-    cdef bint reserve_destination(self, rid_t r, int64_t* missing_blocks) noexcept nogil
-    cdef void activate_destination(self, rid_t r) noexcept nogil
-    cdef void release_source(self, rid_t r) noexcept nogil
+    cdef int reserve_destination(self, rid_t r, int64_t* missing_blocks) except -1 nogil
+    cdef int activate_destination(self, rid_t r) except -1 nogil
+    cdef int release_source(self, rid_t r) except -1 nogil
     cdef inline bint has_work(self) noexcept nogil:
         return self.waiting.size() > 0 or self.running.size() > 0
 
 
-cdef double step_group(void** ranks, int64_t n, double now, bint throttle, int8_t* stepped,
-                       bint* effect) noexcept nogil
+cdef int step_group(void** ranks, int64_t n, double now, bint throttle, int8_t* stepped,
+                    bint* effect, double* end) except -1 nogil

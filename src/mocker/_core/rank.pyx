@@ -23,17 +23,23 @@ cdef class Rank:
         sr = engine["speedup_ratio"]
         self.tm.prefill_ratio = sr
         self.tm.decode_ratio = sr * engine["decode_speedup_ratio"]
+        if self.bs < 1:
+            raise ValueError(f"block_size must be at least 1, got {self.bs}")
+        if self.num_blocks < 0:
+            raise ValueError(f"num_gpu_blocks must not be negative, got {self.num_blocks}")
         self.tm.capacity_tokens = <double>(self.num_blocks * self.bs)
         self.pass_id = 0
         self.preemptions_total = 0
 
-    cdef void add_request(self, rid_t r) noexcept nogil:
+    cdef int add_request(self, rid_t r) except -1 nogil:
         self.t.status[r] = ST_WAITING
         self.waiting.push_back(r)
+        return 0
 
-    cdef void step(self, double now) noexcept nogil:
+    cdef int step(self, double now) except -1 nogil:
         self.begin_pass(now)
         self.out.end = now
+        return 0
 
     cdef int64_t remaining(self, rid_t r) noexcept nogil:
         """Tokens still to generate: the output cap, and room left under max_model_len."""
@@ -62,7 +68,7 @@ cdef class Rank:
         self.out_completed.clear()
         self.out_rejected.clear()
 
-    cdef void emit_token(self, rid_t r, double end) noexcept nogil:
+    cdef int emit_token(self, rid_t r, double end) except -1 nogil:
         """Append one generated token stamped ``end`` and record its latency sample."""
         cdef double itl
         self.t.generated[r] = self.t.generated[r] + 1
@@ -77,6 +83,7 @@ cdef class Rank:
         self.t.out_tokens[r] = self.t.out_tokens[r] + 1
         self.t.last_token[r] = end
         self.out_emitted.push_back(r)
+        return 0
 
     cdef void restamp(self, double end) noexcept nogil:
         """Move everything this pass produced to ``end`` (a shared data-parallel pass ends later)."""
@@ -109,41 +116,42 @@ cdef class Rank:
         ``any_*``: what any rank of the worker did).  Returns True if the rank's state changed."""
         return False
 
-    cdef bint abort(self, rid_t r) noexcept nogil:
-        """Drop ``r`` (queued or running) and free what it holds; False if it is not here.
+    cdef int abort(self, rid_t r) except -1 nogil:
+        """Drop ``r`` (queued or running) and free what it holds; 0 if it is not here, else 1.
         Called between passes only (live mode cancellation)."""
         if not self._unqueue(r):
-            return False
+            return 0
         self.t.status[r] = ST_CANCELLED
-        return True
+        return 1
 
-    cdef bint _unqueue(self, rid_t r) noexcept nogil:
+    cdef int _unqueue(self, rid_t r) except -1 nogil:
+        """Remove ``r`` from the queues: 1 if it was there, else 0."""
         cdef size_t i
         for i in range(self.waiting.size()):
             if self.waiting[i] == r:
                 self.waiting.erase(self.waiting.begin() + i)
-                return True
+                return 1
         for i in range(self.running.size()):
             if self.running[i] == r:
                 self.running.erase(self.running.begin() + i)
-                return True
-        return False
+                return 1
+        return 0
 
-    cdef void grow(self, int64_t n) noexcept nogil:
+    cdef int grow(self, int64_t n) except -1 nogil:
         """The request table grew to ``n`` rows (live mode): size per-request state."""
-        pass
+        return 0
 
-    cdef bint reserve_destination(self, rid_t r, int64_t* missing_blocks) noexcept nogil:
-        """Decode role: reserve room for ``r``'s transferred prompt (False: no room now)."""
-        return False
+    cdef int reserve_destination(self, rid_t r, int64_t* missing_blocks) except -1 nogil:
+        """Decode role: reserve room for ``r``'s transferred prompt (0: no room now, 1: done)."""
+        return 0
 
-    cdef void activate_destination(self, rid_t r) noexcept nogil:
+    cdef int activate_destination(self, rid_t r) except -1 nogil:
         """Decode role: ``r``'s prompt KV arrived; queue it for decode."""
-        pass
+        return 0
 
-    cdef void release_source(self, rid_t r) noexcept nogil:
+    cdef int release_source(self, rid_t r) except -1 nogil:
         """Prefill role: free the KV held for ``r`` since its prefill ended."""
-        pass
+        return 0
 
     cdef vector[KvEvent]* kv_events(self) noexcept nogil:
         """KV events recorded since they were last drained (NULL: the rank has no cache)."""
@@ -164,6 +172,7 @@ cdef class Rank:
 
     def submit(self, rid_t r):
         """Queue request ``r`` (its prompt must be set in the table)."""
+        self.t.check_row(r)
         self.add_request(r)
 
     def run_pass(self, double now):
@@ -174,12 +183,12 @@ cdef class Rank:
                 <int64_t>self.out_completed.size(), <int64_t>self.out_rejected.size())
 
 
-cdef double step_group(void** ranks, int64_t n, double now, bint throttle, int8_t* stepped,
-                       bint* effect) noexcept nogil:
+cdef int step_group(void** ranks, int64_t n, double now, bint throttle, int8_t* stepped,
+                    bint* effect, double* pass_end) except -1 nogil:
     """One pass of a worker's ``n`` ranks sharing a pass barrier (attention data parallel):
     every rank with work steps at ``now``; the pass ends with the slowest rank and every
-    rank's output is stamped with that end.  Returns the end; ``effect`` tells whether
-    anything changed.  Shared by the replay loop and the live engine."""
+    rank's output is stamped with that end.  The end goes to ``pass_end``; ``effect`` tells
+    whether anything changed.  Shared by the replay loop and the live engine."""
     cdef int64_t k
     cdef double end = now
     cdef bint any_prefill = False, any_model = False
@@ -208,4 +217,5 @@ cdef double step_group(void** ranks, int64_t n, double now, bint throttle, int8_
                 (<Rank>ranks[k]).restamp(end)
             if (<Rank>ranks[k]).finish_group_pass(stepped[k], any_prefill, any_model, end):
                 effect[0] = True
-    return end
+    pass_end[0] = end
+    return 0

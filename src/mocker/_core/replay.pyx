@@ -12,9 +12,8 @@ from libc.math cimport INFINITY, isnan
 from libc.stdint cimport int8_t, int32_t, int64_t, uint64_t
 from libcpp.vector cimport vector
 from libcpp.deque cimport deque
-from libcpp.queue cimport priority_queue
 from libcpp.pair cimport pair
-from mocker._core._types cimport rid_t, KvEvent, ceil_div
+from mocker._core._types cimport rid_t, KvEvent, ceil_div, pqueue
 from mocker._core.table cimport (ReqTable, TokRun, RUN_GEN, ST_COMPLETED, ST_RUNNING, ST_WAITING, ST_FAILED,
                                  ST_REJECTED, ST_UNFINISHED, ST_CANCELLED)
 from mocker._core.rank cimport Rank, step_group
@@ -55,7 +54,7 @@ cdef class ReplayCore:
     cdef vector[deque[rid_t]] pend_reserve     # per decode rank: destinations waiting for room (FIFO)
     cdef vector[vector[rid_t]] pend_activate   # per decode rank: transfers done while it was busy
     cdef vector[vector[rid_t]] pend_release    # per prefill rank: sources to free at its pass end
-    cdef priority_queue[Arrival] transfers     # (-done time, -start order)
+    cdef pqueue[Arrival] transfers             # (-done time, -start order)
     cdef vector[rid_t] xfer_rid                # start order -> request
     cdef double xfer_bytes                     # prefill engine: kv_transfer_bytes_per_token (0: none)
     cdef double xfer_bw                        # prefill engine: kv_transfer_bandwidth GB/s (0: none)
@@ -82,7 +81,7 @@ cdef class ReplayCore:
     cdef int64_t concurrency
     cdef bint delta
     cdef vector[vector[TokRun]] full_runs  # delta mode: cumulative prompt runs until the next turn is built
-    cdef priority_queue[Arrival] dyn
+    cdef pqueue[Arrival] dyn
     cdef bint succ_late                  # disaggregated: successors due now go to `late`
     cdef vector[Arrival] late            # successors of requests that ended in a zero-duration pass
                                          # the batch started: held back from the next batch
@@ -101,6 +100,7 @@ cdef class ReplayCore:
     cdef public bint done
     cdef public int64_t stalled_inflight   # > 0: an effect-free zero-duration pass happened
     cdef public bint retry_livelock        # ... a worker's same-instant reruns hit the limit
+    cdef bint failed                       # an exception (MemoryError) left the state half-updated
     # accumulators
     cdef Welford itl
     cdef DDSketch itl_sk
@@ -134,6 +134,16 @@ cdef class ReplayCore:
         cdef cnp.float64_t[::1] head_time = w["head_arrival_ms"]
         cdef TokRun tr
         cdef int64_t j
+        # the workload columns are read without bounds checks below
+        if run_off.shape[0] != n + 1:
+            raise ValueError(f"run_off has {run_off.shape[0]} entries for {n} requests (needs {n + 1})")
+        for col, name in ((next_turn, "next_turn"), (delay, "delay_ms"), (req_out, "output_length")):
+            if col.shape[0] != n:
+                raise ValueError(f"{name} has {col.shape[0]} entries for {n} requests")
+        if run_off[n] < 0 or min(run_kind.shape[0], run_v.shape[0], run_start.shape[0], run_n.shape[0]) < run_off[n]:
+            raise ValueError(f"the run columns hold fewer than run_off[-1] = {run_off[n]} runs")
+        if heads.shape[0] != head_time.shape[0]:
+            raise ValueError("session_heads and head_arrival_ms differ in length")
         self.t = table
         self._ranks = ranks
         for rk in ranks:
@@ -218,7 +228,7 @@ cdef class ReplayCore:
         self.now = 0.0
 
     # -- arrivals ----------------------------------------------------------------
-    cdef void _arrive(self, rid_t r, double at) noexcept nogil:
+    cdef int _arrive(self, rid_t r, double at) except -1 nogil:
         cdef int64_t w
         self.t.arrival[r] = at
         if self.delta:
@@ -234,12 +244,12 @@ cdef class ReplayCore:
             self.arrived += 1
             self.arrival_seq.push_back(r)
             self._route_destination(r, at)
-            return
+            return 0
         if self.disagg:
             self._submit_prefill(r, at)
             self.arrived += 1
             self.arrival_seq.push_back(r)
-            return
+            return 0
         if self.routed:
             w = self.router.route(r, at)
             self.t.worker[r] = <int32_t>w
@@ -254,8 +264,9 @@ cdef class ReplayCore:
         self.arrival_seq.push_back(r)
         self.stalled[self.group_of[w]] = 0
         (<Rank>self.ranks[w]).add_request(r)
+        return 0
 
-    cdef void _submit_prefill(self, rid_t r, double now) noexcept nogil:
+    cdef int _submit_prefill(self, rid_t r, double now) except -1 nogil:
         """Route ``r`` to a prefill rank and queue it there (it runs the prompt with one hidden
         output token)."""
         cdef int64_t w
@@ -268,8 +279,9 @@ cdef class ReplayCore:
         self.t.max_out[r] = 1
         self.stalled[self.group_of[w]] = 0
         (<Rank>self.ranks[w]).add_request(r)
+        return 0
 
-    cdef void _on_terminal(self, rid_t r, double at) noexcept nogil:
+    cdef int _on_terminal(self, rid_t r, double at) except -1 nogil:
         cdef rid_t nt = self.next_turn[r]
         cdef TokRun g
         cdef double x
@@ -304,12 +316,14 @@ cdef class ReplayCore:
         elif self.concurrency > 0 and self.session_ptr < <int64_t>self.session_heads.size():
             self._push_successor(at, self.session_heads[self.session_ptr], at)
             self.session_ptr += 1
+        return 0
 
-    cdef inline void _push_successor(self, double t, rid_t r, double now) noexcept nogil:
+    cdef inline int _push_successor(self, double t, rid_t r, double now) except -1 nogil:
         if self.succ_late and t == now:
             self.late.push_back(Arrival(-t, -<int64_t>r))
         else:
             self.dyn.push(Arrival(-t, -<int64_t>r))
+        return 0
 
     cdef inline double _next_arrival(self) noexcept nogil:
         cdef double ta = INFINITY
@@ -338,7 +352,8 @@ cdef class ReplayCore:
         return -1
 
     # -- the loop -----------------------------------------------------------------
-    cdef bint _advance(self, int64_t max_passes) noexcept nogil:
+    cdef int _advance(self, int64_t max_passes) except -1 nogil:
+        """1 when the replay is finished, else 0 (the pass budget ran out)."""
         cdef double tn, now, at, x
         cdef int64_t w, budget = max_passes
         cdef rid_t r
@@ -358,7 +373,7 @@ cdef class ReplayCore:
                     # nothing left to happen, yet requests are stuck: the run cannot finish
                     # (vLLM-style ranks: the reference reports every request still in flight)
                     self.stalled_inflight = self.arrived - self.terminal
-                return True
+                return 1
             now = tn
             self.now = now
             # 1. pass completions
@@ -394,7 +409,7 @@ cdef class ReplayCore:
                     self.dyn.push(self.late[j])
                 self.late.clear()
             if self.disagg and self._start_workers(now, &budget):
-                return True
+                return 1
             if self.disagg:
                 for r in batch:
                     self._arrive(r, now)
@@ -409,11 +424,11 @@ cdef class ReplayCore:
             #    once and the worker goes on, before anything it released can arrive
             self.succ_late = self.disagg
             if self._start_workers(now, &budget):
-                return True
+                return 1
             self.succ_late = False
-        return False
+        return 0
 
-    cdef int _start_workers(self, double now, int64_t* budget) noexcept nogil:
+    cdef int _start_workers(self, double now, int64_t* budget) except -1 nogil:
         """Every idle worker with work starts a pass at ``now`` (zero-duration passes complete
         inline and the worker goes on); 1 if the run must stop (a fatal stall).
 
@@ -429,7 +444,7 @@ cdef class ReplayCore:
             for w in range(self.n_workers):
                 retries = 0
                 while not self.busy[w] and not self.stalled[w] and self._has_work(w):
-                    x = self._start_pass(w, now)
+                    self._start_pass(w, now, &x)
                     self.passes += 1
                     budget[0] -= 1
                     if x != now:
@@ -476,7 +491,7 @@ cdef class ReplayCore:
                 return 0
             self._complete_passes_ending(now)
 
-    cdef void _complete_passes_ending(self, double now) noexcept nogil:
+    cdef int _complete_passes_ending(self, double now) except -1 nogil:
         """Complete every busy worker's pass that ends at ``now``, in worker order;
         disaggregated, the decode pool's first, so a prefill that ends at a decode pass end
         hands off to an idle decode worker."""
@@ -490,6 +505,7 @@ cdef class ReplayCore:
             if self.busy[w] and self.busy_until[w] == now:
                 self.busy[w] = 0
                 self._complete_worker_pass(w, now)
+        return 0
 
     cdef int64_t _worker_inflight(self, int64_t w) noexcept nogil:
         """Requests worker ``w`` still owns (the reference's count in its livelock error): a
@@ -514,9 +530,9 @@ cdef class ReplayCore:
                     n += 1
         return n
 
-    cdef bint _retry_gated(self, int64_t w, double now) noexcept nogil:
+    cdef int _retry_gated(self, int64_t w, double now) except -1 nogil:
         """Decode worker ``w`` ran an effect-free pass: one reservation attempt per rank with a
-        destination waiting; True if one was reserved."""
+        destination waiting; 1 if one was reserved, else 0."""
         cdef int64_t k
         cdef size_t n
         cdef bint took = False
@@ -527,7 +543,7 @@ cdef class ReplayCore:
                 self._try_reserve(k, now, 1)
                 if self.pend_reserve[k].size() < n:
                     took = True
-        return took
+        return 1 if took else 0
 
     cdef bint _has_work(self, int64_t w) noexcept nogil:
         cdef int64_t k
@@ -536,11 +552,10 @@ cdef class ReplayCore:
                 return True
         return False
 
-    cdef double _start_pass(self, int64_t w, double now) noexcept nogil:
+    cdef int _start_pass(self, int64_t w, double now, double* end) except -1 nogil:
         """Every rank of worker ``w`` with work runs one pass at ``now``; the worker's pass ends
-        with its slowest rank and every rank's output is stamped with that end."""
+        (``end``) with its slowest rank and every rank's output is stamped with that end."""
         cdef int64_t k
-        cdef double end
         cdef bint throttle = (self.g_n[w] > 1 and self.g_interval[w] > 1
                               and self.wave[w] % self.g_interval[w] != 0)
         if self.disagg:
@@ -548,12 +563,12 @@ cdef class ReplayCore:
             if w >= self.n_prefill_workers:
                 for k in range(self.g_first[w], self.g_first[w] + self.g_n[w]):
                     (<Rank>self.ranks[k]).pending_dest = self.pend_reserve[k].size() > 0
-        end = step_group(self.ranks.data() + self.g_first[w], self.g_n[w], now, throttle,
-                         self.stepped.data() + self.g_first[w], &self._effect)
+        step_group(self.ranks.data() + self.g_first[w], self.g_n[w], now, throttle,
+                   self.stepped.data() + self.g_first[w], &self._effect, end)
         self.wave[w] += 1
-        return end
+        return 0
 
-    cdef void _complete_worker_pass(self, int64_t w, double now) noexcept nogil:
+    cdef int _complete_worker_pass(self, int64_t w, double now) except -1 nogil:
         cdef int64_t k, n
         cdef rid_t r
         if self.disagg and not self.dest_first and w < self.n_prefill_workers:
@@ -591,9 +606,10 @@ cdef class ReplayCore:
 
         for k in range(self.g_first[w], self.g_first[w] + self.g_n[w]):
             self.stepped[k] = 0
+        return 0
 
     # -- disaggregated handoff -------------------------------------------------------------
-    cdef void _source_held(self, rid_t r, double now) noexcept nogil:
+    cdef int _source_held(self, rid_t r, double now) except -1 nogil:
         """``r``'s prefill ended: its KV is held; pick a decode rank and reserve room there
         (destination first: the room is reserved already, the transfer starts)."""
         cdef int64_t d
@@ -603,7 +619,7 @@ cdef class ReplayCore:
         if self.dest_first:
             self.t.status[r] = ST_RUNNING
             self._start_transfer(r, now, self.dest_missing[r] * dbs)
-            return
+            return 0
         if (self.t.prompt_len[r] + dbs - 1) // dbs > (<Rank>self.ranks[self.n_prefill_ranks]).num_blocks:
             # no decode worker could ever hold the prompt: the handoff fails once the decode
             # router has picked a worker (it takes a round-robin turn and stays in the routing
@@ -621,11 +637,12 @@ cdef class ReplayCore:
             if self.routed:
                 self.router.on_terminal(r)
             self._on_terminal(r, now)
-            return
+            return 0
         self.t.status[r] = ST_RUNNING
         self._route_destination(r, now)
+        return 0
 
-    cdef void _route_destination(self, rid_t r, double now) noexcept nogil:
+    cdef int _route_destination(self, rid_t r, double now) except -1 nogil:
         """Pick ``r``'s decode rank and queue its reservation there."""
         cdef int64_t d
         if self.drouter is not None:
@@ -647,15 +664,16 @@ cdef class ReplayCore:
             if self.drouter is not None:
                 self.drouter.on_terminal(r)
             self._on_terminal(r, now)
-            return
+            return 0
         self.pend_reserve[d].push_back(r)
         # a waiting destination changes what the decode rank admits (only transferred requests
         # while one waits): a stalled decode worker tries again
         self.stalled[self.group_of[d]] = 0
         if not self.busy[self.group_of[d]]:
             self._try_reserve(d, now, 1)      # an idle decode worker takes it at once
+        return 0
 
-    cdef void _start_transfer(self, rid_t r, double now, int64_t missing_tokens) noexcept nogil:
+    cdef int _start_transfer(self, rid_t r, double now, int64_t missing_tokens) except -1 nogil:
         cdef double tokens, delay = 0.0
         if self.xfer_bytes > 0.0 and self.xfer_bw > 0.0:
             tokens = <double>(missing_tokens if self.xfer_missing else self.t.prompt_len[r])
@@ -663,8 +681,9 @@ cdef class ReplayCore:
         # transfers that finish at the same instant complete in the order they started
         self.transfers.push(Arrival(-(now + delay), -<int64_t>self.xfer_rid.size()))
         self.xfer_rid.push_back(r)
+        return 0
 
-    cdef void _try_reserve(self, int64_t k, double now, int64_t attempts) noexcept nogil:
+    cdef int _try_reserve(self, int64_t k, double now, int64_t attempts) except -1 nogil:
         """Reserve up to ``attempts`` destinations waiting on decode rank ``k``, in order (the
         head of the line waits for room)."""
         cdef rid_t r
@@ -691,14 +710,16 @@ cdef class ReplayCore:
                 self._submit_prefill(r, now)
             else:
                 self._start_transfer(r, now, missing * (<Rank>self.ranks[k]).bs)
+        return 0
 
-    cdef void _activate(self, rid_t r, int64_t k, double now) noexcept nogil:
+    cdef int _activate(self, rid_t r, int64_t k, double now) except -1 nogil:
         """A transfer finished while decode rank ``k`` is idle."""
         (<Rank>self.ranks[k]).activate_destination(r)
         self._activated(r, k, now)
         self._try_reserve(k, now, 1)
+        return 0
 
-    cdef void _activated(self, rid_t r, int64_t k, double now) noexcept nogil:
+    cdef int _activated(self, rid_t r, int64_t k, double now) except -1 nogil:
         cdef int64_t p = self.t.prefill_worker[r]
         self.t.dest_activated[r] = now
         self.stalled[self.group_of[k]] = 0
@@ -706,8 +727,9 @@ cdef class ReplayCore:
             self.pend_release[p].push_back(r)
         else:
             self._release(r, p, now)
+        return 0
 
-    cdef void _release(self, rid_t r, int64_t p, double now) noexcept nogil:
+    cdef int _release(self, rid_t r, int64_t p, double now) except -1 nogil:
         (<Rank>self.ranks[p]).release_source(r)
         self.t.source_released[r] = now
         if self.t.status[r] != ST_RUNNING and self.t.status[r] != ST_WAITING:
@@ -718,8 +740,9 @@ cdef class ReplayCore:
         self.stalled[self.group_of[p]] = 0
         if self.routed:
             self.router.on_terminal(r)      # the prefill router's books: the handoff is complete
+        return 0
 
-    cdef void _complete_pass(self, int64_t w, double now) noexcept nogil:
+    cdef int _complete_pass(self, int64_t w, double now) except -1 nogil:
         cdef rid_t r
         cdef vector[KvEvent]* evs = (<Rank>self.ranks[w]).kv_events()
         if self.routed and (not self.disagg or w < self.n_prefill_ranks):
@@ -743,25 +766,35 @@ cdef class ReplayCore:
                 if self.routed:
                     self.router.on_terminal(r)
                 self._on_terminal(r, now)
-            return
+            return 0
         for r in (<Rank>self.ranks[w]).out_completed:
             self._terminal_routed(r, now)
         for r in (<Rank>self.ranks[w]).out_rejected:
             self._terminal_routed(r, now)
+        return 0
 
-    cdef void _terminal_routed(self, rid_t r, double now) noexcept nogil:
+    cdef int _terminal_routed(self, rid_t r, double now) except -1 nogil:
         if self.disagg:
             if self.drouter is not None:
                 self.drouter.on_terminal(r)
         elif self.routed:
             self.router.on_terminal(r)
         self._on_terminal(r, now)
+        return 0
 
     def advance(self, int64_t max_passes=1 << 62):
-        """Run up to ``max_passes`` passes; returns True when the replay is finished."""
+        """Run up to ``max_passes`` passes; returns True when the replay is finished.
+
+        A MemoryError raised inside leaves the state half-updated: later calls raise RuntimeError."""
         cdef bint fin
-        with nogil:
-            fin = self._advance(max_passes)
+        if self.failed:
+            raise RuntimeError("this replay failed earlier (MemoryError) and cannot continue")
+        try:
+            with nogil:
+                fin = self._advance(max_passes)
+        except BaseException:
+            self.failed = True
+            raise
         if fin:
             self.done = True
             if self.stalled_inflight > 0:

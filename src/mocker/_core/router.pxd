@@ -57,13 +57,13 @@ cdef class KvRouter:
     cdef vector[uint64_t] alive          # per mask word: workers still matching the prefix
     cdef public int64_t decisions
 
-    cdef int32_t route(self, rid_t r, double now) noexcept nogil
-    cdef void on_events(self, int32_t w, vector[KvEvent]* evs, double at) noexcept nogil
-    cdef void apply_due(self, double now) noexcept nogil
+    cdef int32_t route(self, rid_t r, double now) except -1 nogil
+    cdef int on_events(self, int32_t w, vector[KvEvent]* evs, double at) except -1 nogil
+    cdef int apply_due(self, double now) except -1 nogil
     cdef void on_token(self, rid_t r) noexcept nogil
-    cdef void on_terminal(self, rid_t r) noexcept nogil
-    cdef void _apply(self, int32_t w, KvEvent e) noexcept nogil
+    cdef int on_terminal(self, rid_t r) except -1 nogil
+    cdef int _apply(self, int32_t w, KvEvent e) except -1 nogil
     cdef void _overlaps(self, const hash_t* hs, int64_t n) noexcept nogil
     cdef void _new_blocks(self, const hash_t* hs, int64_t n) noexcept nogil
-    cdef void _activate(self, int32_t w, const hash_t* hs, int64_t n) noexcept nogil
+    cdef int _activate(self, int32_t w, const hash_t* hs, int64_t n) except -1 nogil
     cdef uint64_t _rand(self) noexcept nogil

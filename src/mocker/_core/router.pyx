@@ -18,7 +18,8 @@ from cython.operator cimport dereference as deref
 from libc.math cimport exp, INFINITY
 from libcpp.vector cimport vector
 from libcpp.unordered_map cimport unordered_map
-from mocker._core._types cimport int32_t, int64_t, uint64_t, hash_t, rid_t, KvEvent
+from libcpp.utility cimport pair
+from mocker._core._types cimport int32_t, int64_t, uint64_t, hash_t, rid_t, KvEvent, INT32_MAX, check_count
 from mocker._core.table cimport ReqTable, mix64
 
 cdef extern from *:
@@ -28,6 +29,9 @@ cdef extern from *:
 cdef class KvRouter:
     def __cinit__(self, ReqTable table, int64_t num_workers, int64_t block_size, dict cfg,
                   double kv_event_lag_ms=0.0):
+        check_count(num_workers, "router workers", INT32_MAX)      # 32-bit worker ids
+        if block_size < 1:
+            raise ValueError(f"block_size must be at least 1, got {block_size}")
         self.t = table
         self.nw = num_workers
         self.words = (num_workers + 63) // 64
@@ -41,18 +45,20 @@ cdef class KvRouter:
         self.assume_kv_reuse = cfg["router_assume_kv_reuse"]
         self.lag_ms = kv_event_lag_ms
         self.rng = <uint64_t>cfg["router_seed"]
-        self.active_blocks.assign(num_workers, 0)
-        self.active_prefill.assign(num_workers, 0)
-        self.active_reqs.assign(num_workers, 0)
-        self.req_w.assign(table.n, -1)
-        self.req_prefill.assign(table.n, -1)
-        self.req_blocks.assign(table.n, 0)
-        self.req_cost.assign(table.n, 0.0)
-        self.req_overlap.assign(table.n, 0)
-        self.overlap.assign(num_workers, 0)
-        self.newblk.assign(num_workers, 0)
-        self.logit.assign(num_workers, 0.0)
-        self.weight.assign(num_workers, 0.0)
+        # (resize, not assign: libcpp declares assign(n, x) without except +)
+        self.active_blocks.resize(num_workers, 0)
+        self.active_prefill.resize(num_workers, 0)
+        self.active_reqs.resize(num_workers, 0)
+        self.req_w.resize(table.n, -1)
+        self.req_prefill.resize(table.n, -1)
+        self.req_blocks.resize(table.n, 0)
+        self.req_cost.resize(table.n, 0.0)
+        self.req_overlap.resize(table.n, 0)
+        self.overlap.resize(num_workers, 0)
+        self.newblk.resize(num_workers, 0)
+        self.logit.resize(num_workers, 0.0)
+        self.weight.resize(num_workers, 0.0)
+        self.alive.resize(self.words, 0)
         self.decisions = 0
 
     cdef uint64_t _rand(self) noexcept nogil:
@@ -60,12 +66,12 @@ cdef class KvRouter:
         return mix64(self.rng)
 
     # -- what the workers hold (KV events) ----------------------------------------
-    cdef void on_events(self, int32_t w, vector[KvEvent]* evs, double at) noexcept nogil:
+    cdef int on_events(self, int32_t w, vector[KvEvent]* evs, double at) except -1 nogil:
         """Take a pass's events of worker ``w``, visible from ``at`` (then clears them)."""
         cdef size_t i
         cdef LaggedEvent le
         if evs == NULL:
-            return
+            return 0
         if self.lag_ms > 0.0:
             le.at = at + self.lag_ms
             le.worker = w
@@ -76,13 +82,15 @@ cdef class KvRouter:
             for i in range(evs.size()):
                 self._apply(w, deref(evs)[i])
         evs.clear()
+        return 0
 
-    cdef void apply_due(self, double now) noexcept nogil:
+    cdef int apply_due(self, double now) except -1 nogil:
         while self.lagged.size() > 0 and self.lagged.front().at <= now:
             self._apply(self.lagged.front().worker, self.lagged.front().ev)
             self.lagged.pop_front()
+        return 0
 
-    cdef void _apply(self, int32_t w, KvEvent e) noexcept nogil:
+    cdef int _apply(self, int32_t w, KvEvent e) except -1 nogil:
         cdef unordered_map[hash_t, int64_t].iterator it = self.cached_at.find(e.h)
         cdef int64_t off, k
         cdef uint64_t bit = (<uint64_t>1) << (w & 63)
@@ -97,7 +105,7 @@ cdef class KvRouter:
                     self.cached.resize(off + self.words)
                 for k in range(self.words):
                     self.cached[off + k] = 0
-                self.cached_at[e.h] = off
+                self.cached_at.insert(pair[hash_t, int64_t](e.h, off))     # (operator[] is not except +)
             else:
                 off = deref(it).second
             self.cached[off + (w >> 6)] |= bit
@@ -111,6 +119,7 @@ cdef class KvRouter:
             if empty:
                 self.cached_at.erase(it)
                 self.cached_free.push_back(off)
+        return 0
 
     cdef void _overlaps(self, const hash_t* hs, int64_t n) noexcept nogil:
         """overlap[w] = leading blocks of ``hs[:n]`` that worker w holds."""
@@ -122,8 +131,9 @@ cdef class KvRouter:
             self.overlap[w] = 0
         if n == 0:
             return
-        cdef vector[uint64_t]* alive = &self.alive       # scratch: no allocation per decision
-        alive.assign(self.words, ~(<uint64_t>0))
+        cdef vector[uint64_t]* alive = &self.alive       # scratch, sized at construction
+        for k in range(self.words):
+            alive[0][k] = ~(<uint64_t>0)
         if self.nw & 63:
             alive[0][self.words - 1] = ((<uint64_t>1) << (self.nw & 63)) - 1
         for i in range(n):
@@ -167,7 +177,7 @@ cdef class KvRouter:
                 if self.active_cnt[off + w] > 0:
                     self.newblk[w] -= 1
 
-    cdef void _activate(self, int32_t w, const hash_t* hs, int64_t n) noexcept nogil:
+    cdef int _activate(self, int32_t w, const hash_t* hs, int64_t n) except -1 nogil:
         cdef unordered_map[hash_t, int64_t].iterator it
         cdef int64_t i, k, off
         for i in range(n):
@@ -181,13 +191,14 @@ cdef class KvRouter:
                     self.active_cnt.resize(off + self.nw + 1)
                 for k in range(self.nw + 1):
                     self.active_cnt[off + k] = 0
-                self.active_at[hs[i]] = off
+                self.active_at.insert(pair[hash_t, int64_t](hs[i], off))
             else:
                 off = deref(it).second
             self.active_cnt[off + w] += 1
             self.active_cnt[off + self.nw] += 1      # holders over all workers
             if self.active_cnt[off + w] == 1:
                 self.active_blocks[w] += 1
+        return 0
 
     cdef void on_token(self, rid_t r) noexcept nogil:
         """A token of ``r`` became visible: its prefill no longer loads its worker."""
@@ -195,13 +206,13 @@ cdef class KvRouter:
             self.active_prefill[self.req_w[r]] -= self.req_prefill[r]
             self.req_prefill[r] = -1
 
-    cdef void on_terminal(self, rid_t r) noexcept nogil:
+    cdef int on_terminal(self, rid_t r) except -1 nogil:
         """``r`` finished (or was rejected): free what it held in the router's books."""
         cdef int32_t w = self.req_w[r]
         cdef int64_t i, off
         cdef unordered_map[hash_t, int64_t].iterator it
         if w < 0:
-            return
+            return 0
         self.on_token(r)
         if not self.assume_kv_reuse:
             self.active_blocks[w] -= self.req_blocks[r]
@@ -223,9 +234,10 @@ cdef class KvRouter:
         self.req_blocks[r] = 0
         self.active_reqs[w] -= 1
         self.req_w[r] = -1
+        return 0
 
     # -- the decision -----------------------------------------------------------------
-    cdef int32_t route(self, rid_t r, double now) noexcept nogil:
+    cdef int32_t route(self, rid_t r, double now) except -1 nogil:
         cdef int64_t n, isl = self.t.prompt_len[r], w
         cdef double raw, pc, dc, best = INFINITY, worst = -INFINITY, total, u, span
         cdef const hash_t* hs
@@ -306,11 +318,16 @@ cdef class KvRouter:
 
     def decisions_of(self, rids):
         """(worker, cost, cached blocks) of each routed request in ``rids``."""
+        for r in rids:
+            if r < 0 or r >= <int64_t>self.req_w.size():
+                raise IndexError(f"request row {r} out of range [0, {self.req_w.size()})")
         return [(self.req_w[r] if self.req_w[r] >= 0 else self.t.worker[r], self.req_cost[r],
                  self.req_overlap[r]) for r in rids]
 
     def cached_hashes(self, int64_t w):
         """The block hashes the router believes worker ``w`` holds."""
+        if w < 0 or w >= self.nw:
+            raise IndexError(f"worker {w} out of range [0, {self.nw})")
         return {kv.first for kv in self.cached_at
                 if self.cached[kv.second + (w >> 6)] & ((<uint64_t>1) << (w & 63))}
 

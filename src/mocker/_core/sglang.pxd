@@ -41,18 +41,18 @@ cdef class SglangRank(Rank):
     cdef int64_t _isl                 # prefill batch: Σ chunk ends
     cdef int64_t _pre                 # prefill batch: Σ prefix lengths
 
-    cdef void _cache_materialized(self, rid_t r) noexcept nogil
-    cdef void _insert_pages(self, rid_t r, vector[slot_t]* pages, int64_t upto) noexcept nogil
-    cdef void _release(self, rid_t r) noexcept nogil
-    cdef void _finish(self, rid_t r, double end) noexcept nogil
-    cdef void _retract(self, rid_t r) noexcept nogil
-    cdef void _drop(self, rid_t r) noexcept nogil
-    cdef void _drop_pages(self, rid_t r, vector[slot_t]* pages) noexcept nogil
-    cdef void _admit_activated(self, double now) noexcept nogil
-    cdef void _apply_lpm(self) noexcept nogil
-    cdef int64_t _match_len(self, rid_t r) noexcept nogil
-    cdef void _prefill_batch(self, double now) noexcept nogil
+    cdef int _cache_materialized(self, rid_t r) except -1 nogil
+    cdef int _insert_pages(self, rid_t r, vector[slot_t]* pages, int64_t upto) except -1 nogil
+    cdef int _release(self, rid_t r) except -1 nogil
+    cdef int _finish(self, rid_t r, double end) except -1 nogil
+    cdef int _retract(self, rid_t r) except -1 nogil
+    cdef int _drop(self, rid_t r) except -1 nogil
+    cdef int _drop_pages(self, rid_t r, vector[slot_t]* pages) except -1 nogil
+    cdef int _admit_activated(self, double now) except -1 nogil
+    cdef int _apply_lpm(self) except -1 nogil
+    cdef int64_t _match_len(self, rid_t r) except -1 nogil
+    cdef int _prefill_batch(self, double now) except -1 nogil
     cdef void _end_pass(self, double end, bint effect) noexcept nogil
-    cdef void _remove_running(self, rid_t r) noexcept nogil
-    cdef bint _make_room(self, int64_t pages) noexcept nogil
+    cdef int _remove_running(self, rid_t r) except -1 nogil
+    cdef int _make_room(self, int64_t pages) except -1 nogil      # 1 if the pages are free
     cdef double _estimate_ratio(self) noexcept nogil

@@ -38,6 +38,8 @@ cdef bint lpm_less(const LpmKey& a, const LpmKey& b) noexcept nogil:
 cdef class SglangRank(Rank):
     def __cinit__(self, ReqTable table, dict engine, int64_t dp_size=1):
         cdef dict sg = engine["sglang"]
+        if dp_size < 1:
+            raise ValueError(f"dp_size must be at least 1, got {dp_size}")
         self.caching = engine["enable_prefix_caching"]
         self.cache = RadixCache(self.num_blocks, self.caching, engine.get("emit_kv_events", False))
         self.lpm = sg["schedule_policy"] == "lpm"
@@ -93,11 +95,11 @@ cdef class SglangRank(Rank):
         return self.new_token_ratio
 
     # -- cache bookkeeping --------------------------------------------------------
-    cdef void _cache_materialized(self, rid_t r) noexcept nogil:
+    cdef int _cache_materialized(self, rid_t r) except -1 nogil:
         """Insert the request's full materialized pages beyond those already inserted."""
-        self._insert_pages(r, &self.t.blocks[r], self.t.computed[r] // self.bs)
+        return self._insert_pages(r, &self.t.blocks[r], self.t.computed[r] // self.bs)
 
-    cdef void _insert_pages(self, rid_t r, vector[slot_t]* pages, int64_t upto) noexcept nogil:
+    cdef int _insert_pages(self, rid_t r, vector[slot_t]* pages, int64_t upto) except -1 nogil:
         """Insert ``r``'s pages ``ins[r]:upto`` of ``pages`` in the tree (locked by ``r``).
 
         As in the reference's compressed tree: the insert refreshes the request's whole path
@@ -111,12 +113,12 @@ cdef class SglangRank(Rank):
         cdef hash_t h
         cdef bint dup = False, head
         if not self.caching:
-            return
+            return 0
         if upto > <int64_t>pages.size():
             upto = <int64_t>pages.size()
         lo = self.ins[r]
         if upto <= lo:
-            return              # nothing new: the path keeps the stamp of its last operation
+            return 0            # nothing new: the path keeps the stamp of its last operation
         cdef int64_t stamp = self.cache.tick()
         self.touch[r] = stamp
         seg = lo
@@ -152,18 +154,20 @@ cdef class SglangRank(Rank):
         self.skip_lo[r] = skip_lo
         self.skip_hi[r] = skip_hi
         self.ins[r] = upto
+        return 0
 
-    cdef void _release(self, rid_t r) noexcept nogil:
+    cdef int _release(self, rid_t r) except -1 nogil:
         """Cache the materialized pages, then drop the request's lease."""
         self._cache_materialized(r)
-        self._drop(r)
+        return self._drop(r)
 
-    cdef void _drop(self, rid_t r) noexcept nogil:
+    cdef int _drop(self, rid_t r) except -1 nogil:
         """Unlock the request's cached path and free every page beyond it (nothing new is cached)."""
         self._drop_pages(r, &self.t.blocks[r])
         self.t.allocated[r] = 0
+        return 0
 
-    cdef void _drop_pages(self, rid_t r, vector[slot_t]* pages) noexcept nogil:
+    cdef int _drop_pages(self, rid_t r, vector[slot_t]* pages) except -1 nogil:
         """Give back ``pages``, ``r``'s lease on this rank: its first ``ins[r]`` are locked tree
         nodes, the rest private."""
         cdef int64_t i, n = self.ins[r]
@@ -174,16 +178,17 @@ cdef class SglangRank(Rank):
         self.ins[r] = 0
         self.skip_lo[r] = 0
         self.skip_hi[r] = 0
+        return 0
 
-    cdef bint abort(self, rid_t r) noexcept nogil:
+    cdef int abort(self, rid_t r) except -1 nogil:
         if not self._unqueue(r):
-            return False
+            return 0
         if self.t.blocks[r].size() > 0 or self.ins[r] > 0:
             self._release(r)                         # materialized pages stay cached
         self.t.status[r] = ST_CANCELLED
-        return True
+        return 1
 
-    cdef void grow(self, int64_t n) noexcept nogil:
+    cdef int grow(self, int64_t n) except -1 nogil:
         self.ins.resize(n, 0)
         self.touch.resize(n, 0)
         self.skip_lo.resize(n, 0)
@@ -193,8 +198,9 @@ cdef class SglangRank(Rank):
         if self.decode_role:
             self.dest.resize(n)
             self.att_gen.resize(n, -1)
+        return 0
 
-    cdef void _finish(self, rid_t r, double end) noexcept nogil:
+    cdef int _finish(self, rid_t r, double end) except -1 nogil:
         cdef int64_t i, n
         if self.hold_source:
             # disaggregated prefill: the prompt's pages stay held (allocated, and not in the
@@ -213,8 +219,9 @@ cdef class SglangRank(Rank):
         self.t.status[r] = ST_COMPLETED
         self.t.terminal_time[r] = end
         self.out_completed.push_back(r)
+        return 0
 
-    cdef void _retract(self, rid_t r) noexcept nogil:
+    cdef int _retract(self, rid_t r) except -1 nogil:
         self._drop(r)
         self.cap_gen += 1
         self.t.computed[r] = 0
@@ -222,8 +229,9 @@ cdef class SglangRank(Rank):
         self.waiting.push_back(r)
         self.preemptions_total += 1
         self.out.preemptions += 1
+        return 0
 
-    cdef int64_t _match_len(self, rid_t r) noexcept nogil:
+    cdef int64_t _match_len(self, rid_t r) except -1 nogil:
         """Pages a (re)admission may take from the cache: all but the token to sample from."""
         cdef int64_t seq = self.t.prompt_len[r] + self.t.generated[r]
         # (a disaggregated prefill samples one hidden token, yet a request asking for no output
@@ -236,7 +244,7 @@ cdef class SglangRank(Rank):
         return n
 
     # -- scheduling policy --------------------------------------------------------
-    cdef void _apply_lpm(self) noexcept nogil:
+    cdef int _apply_lpm(self) except -1 nogil:
         cdef vector[LpmKey] keys
         cdef LpmKey k
         cdef unordered_set[hash_t] seen
@@ -252,7 +260,7 @@ cdef class SglangRank(Rank):
             if not self.t.activated[self.waiting[i]]:
                 slots.push_back(i)
         if <int64_t>slots.size() > LPM_MAX_WAITING:
-            return
+            return 0
         for i in slots:
             r = self.waiting[i]
             k.r = r
@@ -280,9 +288,10 @@ cdef class SglangRank(Rank):
         stable_sort(keys.begin(), keys.end(), lpm_less)
         for i in range(keys.size()):
             self.waiting[slots[i]] = keys[i].r
+        return 0
 
     # -- prefill batch --------------------------------------------------------------
-    cdef void _prefill_batch(self, double now) noexcept nogil:
+    cdef int _prefill_batch(self, double now) except -1 nogil:
         cdef double reserved = 0.0, rem_total
         cdef int64_t rem_input = self.max_prefill_tokens
         cdef int64_t rem_chunk = self.chunked_prefill_size
@@ -290,7 +299,8 @@ cdef class SglangRank(Rank):
         cdef int64_t seq, cached_pages, cached, start, extend, chunk, charged, reserve, need, prefix_len
         cdef int64_t rem, stamp, isl = 0, pre = 0
         cdef rid_t r
-        cdef bint first_adm, ok, fits
+        cdef bint first_adm, fits
+        cdef int ok
         for r in self.running:
             rem = self.remaining(r)
             reserved += <double>(rem if rem < self.clip_max_new_tokens else self.clip_max_new_tokens) * self.new_token_ratio
@@ -372,9 +382,10 @@ cdef class SglangRank(Rank):
         self.out.prefill_n = <int64_t>self.batch.size()
         self._isl = isl
         self._pre = pre
+        return 0
 
     # -- one pass -------------------------------------------------------------------
-    cdef void step(self, double now) noexcept nogil:
+    cdef int step(self, double now) except -1 nogil:
         cdef bint defer, idle_round = False, effect = False, retracted = False, slots
         cdef size_t i, keep
         cdef rid_t r, victim
@@ -425,7 +436,7 @@ cdef class SglangRank(Rank):
             self.prefill_rounds_remaining -= 1
             self.new_token_ratio = self.init_ratio
             self._end_pass(now, True)
-            return
+            return 0
         if self.lpm and self.caching and (self.decode_role
                                           or <int64_t>self.waiting.size() <= LPM_MAX_WAITING):
             self._apply_lpm()
@@ -599,6 +610,7 @@ cdef class SglangRank(Rank):
             if prev_rounds != self.prefill_rounds_remaining:
                 effect = True
         self._end_pass(end, effect)
+        return 0
 
     cdef void _end_pass(self, double end, bint effect) noexcept nogil:
         cdef rid_t r
@@ -631,18 +643,19 @@ cdef class SglangRank(Rank):
             self.prefill_rounds_remaining -= 1
         return self.prefill_rounds_remaining != prev
 
-    cdef bint _make_room(self, int64_t pages) noexcept nogil:
-        """Evict cached pages until ``pages`` are free (as far as possible); True if they are."""
+    cdef int _make_room(self, int64_t pages) except -1 nogil:
+        """Evict cached pages until ``pages`` are free (as far as possible); 1 if they are."""
         if <int64_t>self.cache.free_slots.size() < pages:
             self.cache._evict(pages - <int64_t>self.cache.free_slots.size())
-        return <int64_t>self.cache.free_slots.size() >= pages
+        return 1 if <int64_t>self.cache.free_slots.size() >= pages else 0
 
-    cdef void _remove_running(self, rid_t r) noexcept nogil:
+    cdef int _remove_running(self, rid_t r) except -1 nogil:
         cdef size_t i
         for i in range(self.running.size() - 1, -1, -1):
             if self.running[i] == r:
                 self.running.erase(self.running.begin() + i)
-                return
+                return 0
+        return 0
 
     cdef double _estimate_ratio(self) noexcept nogil:
         cdef int64_t gen = 0, cap = 0
@@ -655,7 +668,7 @@ cdef class SglangRank(Rank):
 
 
     # -- disaggregated handoff, destination first (docs/core-sim.md §6.6; REFERENCE_NOTES) ----
-    cdef void _admit_activated(self, double now) noexcept nogil:
+    cdef int _admit_activated(self, double now) except -1 nogil:
         """Decode worker: requests whose prompt KV arrived enter the running batch at the pass
         start, in activation order, while sequence slots are free (nothing to compute)."""
         cdef size_t i, keep = 0
@@ -673,8 +686,9 @@ cdef class SglangRank(Rank):
                 keep += 1
         while self.waiting.size() > keep:
             self.waiting.pop_back()
+        return 0
 
-    cdef bint reserve_destination(self, rid_t r, int64_t* missing_blocks) noexcept nogil:
+    cdef int reserve_destination(self, rid_t r, int64_t* missing_blocks) except -1 nogil:
         """Lock the prompt's resident prefix pages and allocate the rest (evicting as needed);
         False if the pool cannot hold them now (nothing held; the prefix was refreshed)."""
         cdef int64_t bs = self.bs, plen = self.t.prompt_len[r]
@@ -694,11 +708,11 @@ cdef class SglangRank(Rank):
         self.ins[r] = matched
         if not self.cache.alloc(total - matched, &self.dest[r]):
             self._drop_pages(r, &self.dest[r])
-            return False
+            return 0
         missing_blocks[0] = total - matched
-        return True
+        return 1
 
-    cdef void activate_destination(self, rid_t r) noexcept nogil:
+    cdef int activate_destination(self, rid_t r) except -1 nogil:
         """The transferred prompt KV is in place: cache its pages, queue the request for decode."""
         self.t.blocks[r].swap(self.dest[r])
         vector[slot_t]().swap(self.dest[r])
@@ -708,10 +722,12 @@ cdef class SglangRank(Rank):
         self.t.activated[r] = 1
         self.t.status[r] = ST_WAITING
         self.waiting.push_back(r)
+        return 0
 
-    cdef void release_source(self, rid_t r) noexcept nogil:
+    cdef int release_source(self, rid_t r) except -1 nogil:
         """The destination has the KV: the held prompt pages enter the prefix cache and are
         released (evictable)."""
         self._insert_pages(r, &self.held[r], self.t.prompt_len[r] // self.bs)
         self._drop_pages(r, &self.held[r])
         vector[slot_t]().swap(self.held[r])
+        return 0

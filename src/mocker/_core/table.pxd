@@ -80,16 +80,17 @@ cdef class ReqTable:
     cdef vector[int8_t] adm_pool      # 0 aggregated, 1 prefill pool, 2 decode pool
     cdef int8_t pool                  # pool of the admissions being recorded (set by the driver)
 
-    cdef void resize(self, int64_t n) noexcept nogil
+    cdef int resize(self, int64_t n) except -1 nogil
     cdef void reset(self, rid_t r) noexcept nogil
-    cdef void set_prompt_runs(self, rid_t r, const TokRun* runs, int64_t nruns) noexcept nogil
-    cdef void ensure_hashed(self, rid_t r) noexcept nogil
-    cdef hash_t block_hash(self, rid_t r, int64_t k) noexcept nogil
+    cdef int set_prompt_runs(self, rid_t r, const TokRun* runs, int64_t nruns) except -1 nogil
+    cdef int ensure_hashed(self, rid_t r) except -1 nogil
+    cdef hash_t block_hash(self, rid_t r, int64_t k) except? 0 nogil
     cdef void release_content(self, rid_t r) noexcept nogil
-    cdef void record_admission(self, rid_t r, double now, int64_t reused) noexcept nogil
-    cdef void record_decode_admission(self, rid_t r, double now) noexcept nogil
+    cdef int record_admission(self, rid_t r, double now, int64_t reused) except -1 nogil
+    cdef int record_decode_admission(self, rid_t r, double now) except -1 nogil
     cdef void forget_tokens(self, rid_t r) noexcept nogil
     cdef object _column(self, str name)
+    cdef int check_row(self, int64_t r) except -1
 
 
 cdef inline hash_t mix64(hash_t x) noexcept nogil:

@@ -12,7 +12,7 @@ from libc.stdint cimport INT32_MAX
 from libc.string cimport memcpy
 import numpy as np
 from libcpp.vector cimport vector
-from mocker._core._types cimport int8_t, int32_t, int64_t, uint64_t, hash_t, rid_t
+from mocker._core._types cimport int8_t, int32_t, int64_t, uint64_t, hash_t, rid_t, check_count
 
 cdef struct BlockAcc:
     hash_t h
@@ -58,12 +58,17 @@ cdef inline hash_t chain(hash_t parent, bint has_parent, hash_t local) noexcept 
 
 cdef class ReqTable:
     def __cinit__(self, int64_t n=0, int64_t block_size=64):
+        check_count(n, "request table rows", INT32_MAX)     # rows are 32-bit request ids
+        if block_size < 1:
+            raise ValueError(f"block_size must be at least 1, got {block_size}")
         self.block_size = block_size
         self.n = 0
         self.resize(n)
 
-    cdef void resize(self, int64_t n) noexcept nogil:
-        """Grow (or shrink) to ``n`` rows; new rows get ``reset``'s defaults."""
+    cdef int resize(self, int64_t n) except -1 nogil:
+        """Grow (or shrink) to ``n`` rows (at most INT32_MAX, checked by the callers); new rows
+        get ``reset``'s defaults.  On MemoryError the columns may differ in length: the table
+        is unusable."""
         cdef int64_t old = self.n, r
         self.n = n
         self.arrival.resize(n)
@@ -106,9 +111,16 @@ cdef class ReqTable:
         self.itl_buf.resize(n)
         for r in range(old, n):
             self.reset(<rid_t>r)
+        return 0
 
     cdef void reset(self, rid_t r) noexcept nogil:
         """Return slot ``r`` to the state of a freshly added row (live mode reuses slots)."""
+        # swapping with empty locals frees without allocating (shrink_to_fit and a temporary
+        # vector() are declared except +)
+        cdef vector[slot_t] b
+        cdef vector[hash_t] h
+        cdef vector[TokRun] tl, pr
+        cdef vector[double] itl
         self.arrival[r] = NAN
         self.prompt_len[r] = 0
         self.req_out[r] = 0
@@ -126,14 +138,10 @@ cdef class ReqTable:
         self.dest_activated[r] = NAN
         self.decode_admit[r] = NAN
         self.source_released[r] = NAN
-        self.blocks[r].clear()
-        self.blocks[r].shrink_to_fit()
-        self.hashes[r].clear()
-        self.hashes[r].shrink_to_fit()
-        self.tail[r].clear()
-        self.tail[r].shrink_to_fit()
-        self.prompt[r].clear()
-        self.prompt[r].shrink_to_fit()
+        self.blocks[r].swap(b)
+        self.hashes[r].swap(h)
+        self.tail[r].swap(tl)
+        self.prompt[r].swap(pr)
         self.hashed[r] = 0
         self.sched_pass[r] = -1
         self.sched_used[r] = 0
@@ -150,10 +158,9 @@ cdef class ReqTable:
         self.reused_max[r] = 0
         self.reused_dec[r] = 0
         self.admissions[r] = 0
-        self.itl_buf[r].clear()
-        self.itl_buf[r].shrink_to_fit()
+        self.itl_buf[r].swap(itl)
 
-    cdef void set_prompt_runs(self, rid_t r, const TokRun* runs, int64_t nruns) noexcept nogil:
+    cdef int set_prompt_runs(self, rid_t r, const TokRun* runs, int64_t nruns) except -1 nogil:
         """Describe the prompt of ``r`` by ``runs``; hashing waits until it is first needed."""
         cdef int64_t i, total = 0
         self.prompt[r].assign(runs, runs + nruns)
@@ -163,8 +170,9 @@ cdef class ReqTable:
         self.hashes[r].clear()
         self.tail[r].clear()
         self.hashed[r] = 0
+        return 0
 
-    cdef void ensure_hashed(self, rid_t r) noexcept nogil:
+    cdef int ensure_hashed(self, rid_t r) except -1 nogil:
         """Hash the full blocks of the prompt and keep the partial tail (once per request)."""
         cdef int64_t bs = self.block_size
         cdef BlockAcc acc
@@ -177,7 +185,7 @@ cdef class ReqTable:
         cdef int64_t i, left, take, g, k, rep, q, rm, n
         cdef TokRun piece, run
         if self.hashed[r]:
-            return
+            return 0
         hs.clear()
         tl.clear()
         hs.reserve(self.prompt_len[r] // bs + 1)
@@ -233,8 +241,9 @@ cdef class ReqTable:
                     acc_reset(&acc)
         vector[TokRun]().swap(runs[0])
         self.hashed[r] = 1
+        return 0
 
-    cdef hash_t block_hash(self, rid_t r, int64_t k) noexcept nogil:
+    cdef hash_t block_hash(self, rid_t r, int64_t k) except? 0 nogil:
         """Chained hash of full block ``k`` (blocks < k must be known); memoized."""
         self.ensure_hashed(r)
         cdef vector[hash_t]* hs = &self.hashes[r]
@@ -265,12 +274,15 @@ cdef class ReqTable:
         return h
 
     cdef void release_content(self, rid_t r) noexcept nogil:
-        vector[hash_t]().swap(self.hashes[r])
-        vector[TokRun]().swap(self.tail[r])
-        vector[TokRun]().swap(self.prompt[r])
-        vector[slot_t]().swap(self.blocks[r])
+        cdef vector[hash_t] h           # empty locals: the swaps free without allocating
+        cdef vector[TokRun] tl, pr
+        cdef vector[slot_t] b
+        self.hashes[r].swap(h)
+        self.tail[r].swap(tl)
+        self.prompt[r].swap(pr)
+        self.blocks[r].swap(b)
 
-    cdef void record_admission(self, rid_t r, double now, int64_t reused) noexcept nogil:
+    cdef int record_admission(self, rid_t r, double now, int64_t reused) except -1 nogil:
         cdef bint readmit = self.admissions[r] > 0
         if not readmit:
             self.first_admit[r] = now
@@ -289,8 +301,9 @@ cdef class ReqTable:
         self.adm_pool.push_back(self.pool)
         if self.pool == 1 and not readmit:
             self.prefill_admit[r] = now
+        return 0
 
-    cdef void record_decode_admission(self, rid_t r, double now) noexcept nogil:
+    cdef int record_decode_admission(self, rid_t r, double now) except -1 nogil:
         """Disaggregated: the transferred request enters a decode batch (nothing reused there)."""
         if self.decode_admit[r] != self.decode_admit[r]:       # NaN: first decode admission
             self.decode_admit[r] = now
@@ -299,6 +312,7 @@ cdef class ReqTable:
         self.adm_at.push_back(now)
         self.adm_reused.push_back(0)
         self.adm_pool.push_back(2)
+        return 0
 
     cdef void forget_tokens(self, rid_t r) noexcept nogil:
         """Disaggregated: drop the prefill pool's hidden token from the request's metrics."""
@@ -372,10 +386,17 @@ cdef class ReqTable:
             return _copy(self.source_released.data(), self.source_released.size(), np.float64)
         raise KeyError(f"no request-table column {name!r}")
 
+    cdef int check_row(self, int64_t r) except -1:
+        """IndexError unless ``r`` is a row of the table."""
+        if r < 0 or r >= self.n:
+            raise IndexError(f"request row {r} out of range [0, {self.n})")
+        return 0
+
     def set_prompt(self, rid_t r, token_ids, int64_t max_output_tokens):
         """Set request ``r``'s prompt from token ids (consecutive equal ids are run-length merged)."""
         cdef vector[TokRun] runs
         cdef TokRun tr
+        self.check_row(r)
         tr.kind = RUN_CONST
         tr.start = 0
         tr.n = 0
@@ -395,6 +416,7 @@ cdef class ReqTable:
 
     def request_state(self, rid_t r):
         """Scheduling state of one request (debugging, tests)."""
+        self.check_row(r)
         return {"status": self.status[r], "prompt_len": self.prompt_len[r],
                 "generated": self.generated[r], "computed": self.computed[r],
                 "allocated": self.allocated[r], "blocks": <int64_t>self.blocks[r].size(),

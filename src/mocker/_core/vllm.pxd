@@ -30,16 +30,16 @@ cdef class VllmRank(Rank):
     cdef vector[rid_t] dest_held    # decode worker: reserved destinations not activated yet
 
     cdef void _unschedule(self, rid_t v) noexcept nogil
-    cdef rid_t _preempt_one(self) noexcept nogil
-    cdef int64_t _schedule(self, rid_t r, bint from_waiting, int64_t cached) noexcept nogil
-    cdef void _remove_waiting(self, rid_t r) noexcept nogil
-    cdef void _reject(self, rid_t r) noexcept nogil
+    cdef rid_t _preempt_one(self) except -2 nogil          # -1: nothing to preempt
+    cdef int64_t _schedule(self, rid_t r, bint from_waiting, int64_t cached) except -3 nogil   # -1, -2: see vllm.pyx
+    cdef int _remove_waiting(self, rid_t r) except -1 nogil
+    cdef int _reject(self, rid_t r) except -1 nogil
     cdef int64_t _final_len(self, rid_t r) noexcept nogil
     cdef bint _prefill_chunk(self, rid_t r) noexcept nogil
     cdef int64_t _trt_reserved(self) noexcept nogil
     cdef int64_t _trt_tail(self, rid_t r) noexcept nogil
     cdef void _trt_clamp(self, rid_t r) noexcept nogil
-    cdef void _finish(self, rid_t r, double end) noexcept nogil
-    cdef void _insert_in_order(self, deque[rid_t]* q, rid_t r) noexcept nogil
-    cdef void _admit_materialized(self, rid_t r, double now) noexcept nogil
-    cdef void unreserve_destination(self, rid_t r) noexcept nogil
+    cdef int _finish(self, rid_t r, double end) except -1 nogil
+    cdef int _insert_in_order(self, deque[rid_t]* q, rid_t r) except -1 nogil
+    cdef int _admit_materialized(self, rid_t r, double now) except -1 nogil
+    cdef int unreserve_destination(self, rid_t r) except -1 nogil

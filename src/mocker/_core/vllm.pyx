@@ -14,7 +14,7 @@ from mocker._core.rank cimport Rank
 
 cdef enum:
     BLOCKED = -1
-    SELF_PREEMPTED = -2
+    SELF_PREEMPTED = -2     # (-3: MemoryError, the exception value of _schedule)
 
 cdef int64_t UNLIMITED = 1 << 62
 
@@ -42,27 +42,28 @@ cdef class VllmRank(Rank):
     cdef vector[KvEvent]* kv_events(self) noexcept nogil:
         return &self.pool.events
 
-    cdef bint abort(self, rid_t r) noexcept nogil:
+    cdef int abort(self, rid_t r) except -1 nogil:
         if not self._unqueue(r):
-            return False
+            return 0
         if self.t.blocks[r].size() > 0:
             self.pool.release(&self.t.blocks[r])     # full blocks stay cached, like a completion
             self.cap_gen += 1
         self.t.allocated[r] = 0
         self.t.status[r] = ST_CANCELLED
-        return True
+        return 1
 
-    cdef void grow(self, int64_t n) noexcept nogil:
+    cdef int grow(self, int64_t n) except -1 nogil:
         if self.hold_source:
             self.held.resize(n)
         if self.decode_role:
             self.worder.resize(n, 0)
             self.att_gen.resize(n, -1)
+        return 0
 
-    cdef void add_request(self, rid_t r) noexcept nogil:
+    cdef int add_request(self, rid_t r) except -1 nogil:
         if self.trtllm:
             self._trt_clamp(r)
-        Rank.add_request(self, r)
+        return Rank.add_request(self, r)
 
     cdef void _trt_clamp(self, rid_t r) noexcept nogil:
         """Guaranteed-no-evict: outputs are clamped to what the whole pool can hold."""
@@ -83,7 +84,7 @@ cdef class VllmRank(Rank):
             self.b_pre -= self.t.sched_before[v]
         self.t.sched_pass[v] = -1
 
-    cdef rid_t _preempt_one(self) noexcept nogil:
+    cdef rid_t _preempt_one(self) except -2 nogil:
         """Preempt the policy's victim; returns it, or -1 if nothing can be preempted."""
         cdef rid_t v
         cdef size_t i
@@ -107,7 +108,7 @@ cdef class VllmRank(Rank):
         self.out.preemptions += 1
         return v
 
-    cdef int64_t _schedule(self, rid_t r, bint from_waiting, int64_t cached) noexcept nogil:
+    cdef int64_t _schedule(self, rid_t r, bint from_waiting, int64_t cached) except -3 nogil:
         cdef int64_t bs = self.bs
         cdef int64_t plen = self.t.prompt_len[r]
         cdef int64_t seq_len = plen + self.t.generated[r]
@@ -118,7 +119,7 @@ cdef class VllmRank(Rank):
         cdef int64_t prompt_remaining = plen - prompt_before
         cdef int64_t desired, after, used, prompt_tokens, prev, n_hits, k
         cdef rid_t v
-        cdef bint ok
+        cdef int ok
         if prompt_remaining > 0 and not self.chunked and prompt_remaining > self.budget:
             return BLOCKED
         desired = remaining_known if remaining_known < self.budget else self.budget
@@ -136,7 +137,7 @@ cdef class VllmRank(Rank):
                 if ok:
                     self.t.allocated[r] = after
             else:
-                ok = True
+                ok = 1
             if ok:
                 self.t.computed[r] = after
                 break
@@ -176,14 +177,15 @@ cdef class VllmRank(Rank):
         self.budget -= used
         return used
 
-    cdef void _remove_waiting(self, rid_t r) noexcept nogil:
+    cdef int _remove_waiting(self, rid_t r) except -1 nogil:
         cdef size_t i
         for i in range(self.waiting.size()):
             if self.waiting[i] == r:
                 self.waiting.erase(self.waiting.begin() + i)
-                return
+                return 0
+        return 0
 
-    cdef void _finish(self, rid_t r, double end) noexcept nogil:
+    cdef int _finish(self, rid_t r, double end) except -1 nogil:
         if self.hold_source:
             # disaggregated prefill: the KV stays allocated until the destination has it
             self.held[r].swap(self.t.blocks[r])
@@ -194,17 +196,19 @@ cdef class VllmRank(Rank):
         self.t.status[r] = ST_COMPLETED
         self.t.terminal_time[r] = end
         self.out_completed.push_back(r)
+        return 0
 
-    cdef void _insert_in_order(self, deque[rid_t]* q, rid_t r) noexcept nogil:
+    cdef int _insert_in_order(self, deque[rid_t]* q, rid_t r) except -1 nogil:
         """Insert ``r`` before the first queued request with a later destination ordinal."""
         cdef size_t i
         for i in range(q.size()):
             if self.worder[q[0][i]] > self.worder[r]:
                 q.insert(q.begin() + i, r)
-                return
+                return 0
         q.push_back(r)
+        return 0
 
-    cdef void _admit_materialized(self, rid_t r, double now) noexcept nogil:
+    cdef int _admit_materialized(self, rid_t r, double now) except -1 nogil:
         cdef size_t i
         self._remove_waiting(r)
         for i in range(self.mat.size()):
@@ -217,11 +221,12 @@ cdef class VllmRank(Rank):
         self.t.sched_used[r] = 0
         self.t.sched_prompt[r] = 0
         self.running.push_back(r)
-        self.t.record_decode_admission(r, now)
+        return self.t.record_decode_admission(r, now)
 
-    cdef void _reject(self, rid_t r) noexcept nogil:
+    cdef int _reject(self, rid_t r) except -1 nogil:
         self.t.status[r] = ST_REJECTED
         self.out_rejected.push_back(r)
+        return 0
 
     cdef int64_t _final_len(self, rid_t r) noexcept nogil:
         """Sequence length at completion (output cap and max_model_len applied)."""
@@ -249,7 +254,7 @@ cdef class VllmRank(Rank):
         return self.t.generated[r] == 0 and self.t.computed[r] < self.t.prompt_len[r]
 
     # -- one pass -----------------------------------------------------------------
-    cdef void step(self, double now) noexcept nogil:
+    cdef int step(self, double now) except -1 nogil:
         cdef int64_t bs = self.bs
         cdef size_t i
         cdef rid_t r
@@ -414,10 +419,11 @@ cdef class VllmRank(Rank):
         self.out.decode_n = n_decode
         self.out.effect = (effect or self.out_emitted.size() > 0 or self.out_completed.size() > 0
                            or self.out_rejected.size() > 0 or self.out.preemptions > 0)
+        return 0
 
     # -- disaggregated handoff (docs/core-sim.md §6.6) --------------------------------------
-    cdef bint reserve_destination(self, rid_t r, int64_t* missing_blocks) noexcept nogil:
-        """Allocate the prompt's blocks here, reusing resident prefix blocks; False if no room."""
+    cdef int reserve_destination(self, rid_t r, int64_t* missing_blocks) except -1 nogil:
+        """Allocate the prompt's blocks here, reusing resident prefix blocks; 0 if no room, else 1."""
         cdef int64_t bs = self.bs, plen = self.t.prompt_len[r]
         cdef int64_t total = ceil_div(plen, bs), nfull, overlap = 0, active_overlap = 0, avail
         cdef rid_t h
@@ -432,38 +438,39 @@ cdef class VllmRank(Rank):
             for h in self.mat:
                 avail -= self._trt_tail(h)
             if ceil_div(self._final_len(r), bs) > avail:
-                return False
+                return 0
             self.t.blocks[r].clear()
             if not self.pool.allocate(&self.t.blocks[r], total, self.t.hashes[r].data(), 0):
-                return False
+                return 0
             missing_blocks[0] = total
             self.t.allocated[r] = total * bs
             self.worder[r] = self.next_order
             self.next_order += 1
             self.dest_held.push_back(r)
-            return True
+            return 1
         nfull = plen // bs
         if nfull > <int64_t>self.t.hashes[r].size():
             nfull = <int64_t>self.t.hashes[r].size()
         self.pool.lookup(self.t.hashes[r].data(), nfull, &overlap, &active_overlap)
         if total - active_overlap > self.num_blocks - self.pool.num_active():
-            return False
+            return 0
         self.t.blocks[r].clear()
         if not self.pool.allocate(&self.t.blocks[r], total, self.t.hashes[r].data(), overlap):
-            return False
+            return 0
         missing_blocks[0] = total - overlap
         self.t.allocated[r] = total * bs
         self.worder[r] = self.next_order
         self.next_order += 1
         self.dest_held.push_back(r)
-        return True
+        return 1
 
-    cdef void unreserve_destination(self, rid_t r) noexcept nogil:
+    cdef int unreserve_destination(self, rid_t r) except -1 nogil:
         self.pool.release(&self.t.blocks[r])
         self.t.blocks[r].clear()
         self.t.allocated[r] = 0
+        return 0
 
-    cdef void activate_destination(self, rid_t r) noexcept nogil:
+    cdef int activate_destination(self, rid_t r) except -1 nogil:
         """The transferred prompt KV is in place: publish its blocks, queue the request for decode."""
         cdef int64_t k, nfull = self.t.prompt_len[r] // self.bs
         cdef slot_t s
@@ -484,8 +491,10 @@ cdef class VllmRank(Rank):
         # back into the queue at its destination ordinal (preempted requests stay ahead of later ones)
         self._insert_in_order(&self.waiting, r)
         self._insert_in_order(&self.mat, r)
+        return 0
 
-    cdef void release_source(self, rid_t r) noexcept nogil:
+    cdef int release_source(self, rid_t r) except -1 nogil:
         self.pool.release(&self.held[r])
         vector[slot_t]().swap(self.held[r])
+        return 0
 
