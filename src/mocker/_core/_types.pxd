@@ -1,5 +1,6 @@
 # Fixed dtypes of the compiled core: int32 ids, int64 counters, float64 times (ms).
 from libc.stdint cimport int8_t, int32_t, int64_t, uint32_t, uint64_t, INT32_MAX
+from libcpp.vector cimport vector
 
 ctypedef int32_t rid_t      # request index in the run's request table
 ctypedef int32_t slot_t     # physical KV block slot
@@ -33,6 +34,19 @@ cdef extern from *:
     """
     # hint that *p is about to be written (no-op where unsupported)
     void prefetch_w "MOCKER_PREFETCH" (const void* p) noexcept nogil
+
+
+cdef extern from *:
+    """
+    #include <vector>
+    #include <cstdint>
+    // append to a vector whose capacity is known to suffice (reserved up front): no allocation,
+    // hence no exception to translate; a broken invariant terminates (noexcept)
+    static inline void mocker_push_reserved(std::vector<int32_t>& v, int32_t x) noexcept {
+        v.push_back(x);
+    }
+    """
+    void push_reserved "mocker_push_reserved" (vector[slot_t]& v, slot_t x) noexcept nogil
 
 
 cdef extern from "<queue>" namespace "std" nogil:

@@ -18,7 +18,7 @@ cdef class BlockPool:
     cdef vector[slot_t] lru_next
     cdef vector[int8_t] s_in_lru     # 1 = on the inactive LRU
     cdef unordered_map[hash_t, slot_t] by_hash   # hash -> primary resident copy
-    cdef vector[slot_t] free_slots   # stack of unoccupied slots
+    cdef vector[slot_t] free_slots   # stack of unoccupied slots (capacity reserved: appends never allocate)
     cdef slot_t lru_head             # oldest inactive (evicted first)
     cdef slot_t lru_tail
     cdef int64_t lru_len             # number of inactive cached copies
@@ -41,4 +41,4 @@ cdef class BlockPool:
     # 1 = allocated, 0 = no room (nothing changed)
     cdef int allocate(self, vector[slot_t]* table, int64_t tgt_blocks, const hash_t* hit_hashes, int64_t n_hits) except -1 nogil
     cdef int cache_block(self, slot_t s, hash_t h) except -1 nogil
-    cdef int release(self, vector[slot_t]* table) except -1 nogil
+    cdef void release(self, vector[slot_t]* table) noexcept nogil

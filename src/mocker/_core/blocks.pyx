@@ -9,7 +9,7 @@ from cython.operator cimport dereference as deref
 from libcpp.vector cimport vector
 from libcpp.unordered_map cimport unordered_map
 from libcpp.utility cimport pair
-from mocker._core._types cimport int64_t, uint64_t, hash_t, slot_t, KvEvent, INT32_MAX, check_count
+from mocker._core._types cimport int64_t, uint64_t, hash_t, slot_t, KvEvent, INT32_MAX, check_count, push_reserved
 
 
 cdef class BlockPool:
@@ -168,7 +168,7 @@ cdef class BlockPool:
             table.push_back(s)
         return 1
 
-    cdef int release(self, vector[slot_t]* table) except -1 nogil:
+    cdef void release(self, vector[slot_t]* table) noexcept nogil:
         """Drop one holder of every block of ``table``, last block first; clears the table."""
         cdef int64_t i
         cdef slot_t s
@@ -181,9 +181,8 @@ cdef class BlockPool:
             else:
                 self.s_refs[s] = 0
                 self.s_used[s] = 0
-                self.free_slots.push_back(s)
+                push_reserved(self.free_slots, s)
         table.clear()
-        return 0
 
     # -- Python-visible views (tests, metrics) ----------------------------------
     @property

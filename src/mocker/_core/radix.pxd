@@ -39,7 +39,7 @@ cdef class RadixCache:
     cdef uint64_t tmask              # table size - 1
     cdef int64_t n_index             # nodes in the index
     cdef int64_t n_tree              # nodes in the tree
-    cdef vector[slot_t] free_slots   # unoccupied pages
+    cdef vector[slot_t] free_slots   # unoccupied pages (capacity reserved: appends never allocate)
     cdef pqueue[HeapItem] leaves     # candidate evictable leaves (lazily validated)
     cdef int64_t evictable           # tree pages with lock 0
     cdef int64_t clock               # logical clock: one tick per match-lock / insert operation
@@ -61,13 +61,15 @@ cdef class RadixCache:
     cdef int unlock_path(self, const slot_t* pages, int64_t n, int64_t touch, int64_t skip_lo, int64_t skip_hi) except -1 nogil
     cdef bint is_edge_end(self, slot_t s) noexcept nogil
     cdef void split_after(self, slot_t s) noexcept nogil
-    cdef slot_t lock_cached(self, slot_t page, slot_t s) except -1 nogil
+    cdef slot_t lock_cached(self, slot_t page, slot_t s) noexcept nogil
     # 1 = allocated, 0 = impossible (nothing changed)
     cdef int alloc(self, int64_t k, vector[slot_t]* pages) except -1 nogil
-    cdef int free_page(self, slot_t s) except -1 nogil
+    cdef void free_page(self, slot_t s) noexcept nogil
     cdef slot_t insert_page(self, slot_t page, hash_t h, slot_t parent, int64_t stamp, bint head) except -1 nogil
     cdef int _evict(self, int64_t k) except -1 nogil
-    cdef int _push_leaf(self, slot_t s) except -1 nogil
+    cdef inline int _push_leaf(self, slot_t s) except -1 nogil:
+        self.leaves.push(HeapItem(-self.nodes[s].stamp, -s))
+        return 0
     cdef uint64_t _home(self, hash_t h) noexcept nogil
     cdef slot_t _find(self, hash_t h) noexcept nogil
     cdef void _index_put(self, slot_t s) noexcept nogil

@@ -26,7 +26,7 @@ edge's stamp, and page-wise LRU eviction (tail first) equals the reference's par
 eviction of the oldest leaf edge.
 """
 from libcpp.vector cimport vector
-from mocker._core._types cimport int64_t, hash_t, slot_t, KvEvent, INT32_MAX, check_count
+from mocker._core._types cimport int64_t, hash_t, slot_t, KvEvent, INT32_MAX, check_count, push_reserved
 from libc.stdint cimport uint64_t
 
 
@@ -195,10 +195,6 @@ cdef class RadixCache:
                     self._push_leaf(s)
         return 0
 
-    cdef int _push_leaf(self, slot_t s) except -1 nogil:
-        self.leaves.push(HeapItem(-self.nodes[s].stamp, -s))
-        return 0
-
     cdef int _evict(self, int64_t k) except -1 nogil:
         cdef slot_t s = -1, p
         cdef int64_t stamp
@@ -223,7 +219,7 @@ cdef class RadixCache:
             self.n_tree -= 1
             self.evictable -= 1
             self.evictions += 1
-            self.free_slots.push_back(s)
+            push_reserved(self.free_slots, s)
             k -= 1
             s = -1
             if p >= 0:
@@ -260,9 +256,8 @@ cdef class RadixCache:
             pages.push_back(s)
         return 1
 
-    cdef int free_page(self, slot_t s) except -1 nogil:
-        self.free_slots.push_back(s)
-        return 0
+    cdef void free_page(self, slot_t s) noexcept nogil:
+        push_reserved(self.free_slots, s)
 
     cdef void _index_kids_of(self, slot_t p) noexcept nogil:
         """``p`` gets a second child: its existing only child joins the hash index."""
@@ -273,10 +268,10 @@ cdef class RadixCache:
         cdef slot_t p = self.parent[s]
         return p == ROOT or self.nodes[p].only_child == BRANCHED
 
-    cdef slot_t lock_cached(self, slot_t page, slot_t s) except -1 nogil:
+    cdef slot_t lock_cached(self, slot_t page, slot_t s) noexcept nogil:
         """A request's private ``page`` duplicates tree page ``s``: free it, lock ``s`` instead
         (its stamp is left to the caller's lazy touch)."""
-        self.free_slots.push_back(page)
+        push_reserved(self.free_slots, page)
         if self.nodes[s].lock == 0:
             self.evictable -= 1
         self.nodes[s].lock += 1

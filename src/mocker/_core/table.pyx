@@ -245,7 +245,8 @@ cdef class ReqTable:
 
     cdef hash_t block_hash(self, rid_t r, int64_t k) except? 0 nogil:
         """Chained hash of full block ``k`` (blocks < k must be known); memoized."""
-        self.ensure_hashed(r)
+        if not self.hashed[r]:
+            self.ensure_hashed(r)
         cdef vector[hash_t]* hs = &self.hashes[r]
         if k < <int64_t>hs.size():
             return hs[0][k]
