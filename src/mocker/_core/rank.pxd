@@ -48,7 +48,6 @@ cdef class Rank:
     cdef int step(self, double now) except -1 nogil
     cdef int64_t remaining(self, rid_t r) noexcept nogil
     cdef void begin_pass(self, double now) noexcept nogil
-    cdef int emit_token(self, rid_t r, double end) except -1 nogil
     cdef vector[KvEvent]* kv_events(self) noexcept nogil
     cdef void restamp(self, double end) noexcept nogil
     cdef void begin_group_pass(self, double now) noexcept nogil
@@ -62,6 +61,24 @@ cdef class Rank:
     cdef int release_source(self, rid_t r) except -1 nogil
     cdef inline bint has_work(self) noexcept nogil:
         return self.waiting.size() > 0 or self.running.size() > 0
+
+    cdef inline int emit_token(self, rid_t r, double end) except -1 nogil:
+        """Append one generated token stamped ``end`` and record its latency sample (inline: once
+        per token, and no subclass overrides it)."""
+        cdef double itl
+        self.t.generated[r] = self.t.generated[r] + 1
+        self.out_prev.push_back(-1.0 if self.t.out_tokens[r] == 0 else self.t.last_token[r])
+        if self.t.out_tokens[r] == 0:
+            self.t.first_token[r] = end
+        else:
+            itl = end - self.t.last_token[r]
+            self.t.itl_buf[r].push_back(itl if itl > 0.0 else 0.0)
+            if self.t.out_tokens[r] == 1:
+                self.t.second_token[r] = end
+        self.t.out_tokens[r] = self.t.out_tokens[r] + 1
+        self.t.last_token[r] = end
+        self.out_emitted.push_back(r)
+        return 0
 
 
 cdef int step_group(void** ranks, int64_t n, double now, bint throttle, int8_t* stepped,

@@ -68,23 +68,6 @@ cdef class Rank:
         self.out_completed.clear()
         self.out_rejected.clear()
 
-    cdef int emit_token(self, rid_t r, double end) except -1 nogil:
-        """Append one generated token stamped ``end`` and record its latency sample."""
-        cdef double itl
-        self.t.generated[r] = self.t.generated[r] + 1
-        self.out_prev.push_back(-1.0 if self.t.out_tokens[r] == 0 else self.t.last_token[r])
-        if self.t.out_tokens[r] == 0:
-            self.t.first_token[r] = end
-        else:
-            itl = end - self.t.last_token[r]
-            self.t.itl_buf[r].push_back(itl if itl > 0.0 else 0.0)
-            if self.t.out_tokens[r] == 1:
-                self.t.second_token[r] = end
-        self.t.out_tokens[r] = self.t.out_tokens[r] + 1
-        self.t.last_token[r] = end
-        self.out_emitted.push_back(r)
-        return 0
-
     cdef void restamp(self, double end) noexcept nogil:
         """Move everything this pass produced to ``end`` (a shared data-parallel pass ends later)."""
         cdef size_t i
