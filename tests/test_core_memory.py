@@ -25,8 +25,6 @@ from mocker._core.table import ReqTable
 from mocker._core.vllm import VllmRank
 
 INT32_MAX = 2**31 - 1
-resource = pytest.importorskip("resource")
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS semantics")
 
 _PRELUDE = """
 import resource
@@ -49,6 +47,8 @@ def workload(tokens, bs):
 
 
 def _child(body: str) -> subprocess.CompletedProcess:
+    if not sys.platform.startswith("linux"):
+        pytest.skip("RLIMIT_AS and /proc/self/status as on Linux")
     code = _PRELUDE + _WORKLOAD + textwrap.dedent(body)
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                           timeout=300, env=dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1"))
