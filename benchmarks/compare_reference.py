@@ -5,7 +5,8 @@
     python benchmarks/compare_reference.py --reference-python ... --suite kv_router
 
 Each workload runs in a fresh process per implementation (so peak RSS is per run), alternating
-ours / reference for --repeat rounds; the best wall time of each is compared.  Without
+ours / reference for --repeat rounds; the best wall time of each is compared, and the best
+process CPU time (all threads: the reference's may use several).  Without
 --reference-python only our numbers are printed.
 
 Suites: ``flagship`` (the two synthetic workloads of the foundation issue, one worker) and
@@ -47,13 +48,15 @@ if which == "ref":
 else:
     from mocker.replay import run_synthetic_trace_replay as run_syn, run_trace_replay as run_trace
 t = time.perf_counter()
+c = time.process_time()
 if "synthetic" in spec:
     res = run_syn(*spec["synthetic"], extra_engine_args=engine, **kwargs)
 else:
     res = run_trace([spec["trace_path"]], extra_engine_args=engine, **kwargs)
 wall = time.perf_counter() - t
+cpu = time.process_time() - c
 s = res.summary
-print(json.dumps({"wall_s": wall, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+print(json.dumps({"wall_s": wall, "cpu_s": cpu, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "completed": s["completed_requests"], "duration_ms": s["duration_ms"],
                   "mean_ttft_ms": s["mean_ttft_ms"]}))
 """
@@ -93,7 +96,8 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     engine = json.loads(a.engine) if a.engine else None
     exact = a.suite == "flagship"
-    print(f"{'workload':<32} {'ours s':>8} {'ref s':>8} {'ratio':>7} {'ours MB':>8} {'ref MB':>8} {'mem ratio':>9}  "
+    print(f"{'workload':<32} {'ours s':>8} {'ref s':>8} {'ratio':>7} {'cpu ratio':>9} {'ours MB':>8} {'ref MB':>8} "
+          f"{'mem ratio':>9}  "
           + ("same numbers (1e-9)" if exact else "mean TTFT diff"))
     with tempfile.TemporaryDirectory() as tmp:
         for name, spec in SUITES[a.suite].items():
@@ -114,8 +118,9 @@ def main(argv=None) -> int:
                                     for k in ("completed", "duration_ms", "mean_ttft_ms")))
                 else:
                     agree = f"{100.0 * (bo['mean_ttft_ms'] - br['mean_ttft_ms']) / br['mean_ttft_ms']:+.2f}%"
+                cpu_ratio = min(r["cpu_s"] for r in ours) / min(r["cpu_s"] for r in ref)
                 print(f"{name:<32} {bo['wall_s']:>8.3f} {br['wall_s']:>8.3f} {bo['wall_s'] / br['wall_s']:>7.2f} "
-                      f"{bo['rss_mb']:>8.0f} {br['rss_mb']:>8.0f} {bo['rss_mb'] / br['rss_mb']:>9.2f}  {agree}")
+                      f"{cpu_ratio:>9.2f} {bo['rss_mb']:>8.0f} {br['rss_mb']:>8.0f} {bo['rss_mb'] / br['rss_mb']:>9.2f}  {agree}")
             else:
                 print(f"{name:<32} {bo['wall_s']:>8.3f} {'-':>8} {'-':>7} {bo['rss_mb']:>8.0f}")
     return 0
