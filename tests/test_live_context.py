@@ -309,6 +309,7 @@ def test_every_stream_ends_with_exactly_one_terminal(backend):
         rng = random.Random(5)
         ctx = await started(cfg(backend, speedup=50.0, num_gpu_blocks=128))
         ended: list = []
+        streaming: list = []
 
         async def client(i):
             rctx = RequestContext()
@@ -322,6 +323,8 @@ def test_every_stream_ends_with_exactly_one_terminal(backend):
             got = []
             try:
                 async for c in s:
+                    if not got:
+                        streaming.append(i)
                     got.append(c)
                     if mode < 0.15 and len(got) == 2:
                         rctx.stop_generating()
@@ -333,7 +336,9 @@ def test_every_stream_ends_with_exactly_one_terminal(backend):
             ended.append((i, got))
 
         async def stopper():
-            await asyncio.sleep(0.15)
+            # shut down while streams are in flight, however fast or slow this machine is
+            while len(streaming) < 40:
+                await asyncio.sleep(0.002)
             await ctx.cleanup()
         await asyncio.gather(stopper(), *[client(i) for i in range(250)])
         assert ended
