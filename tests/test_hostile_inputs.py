@@ -339,3 +339,21 @@ def test_output_to_a_pipe_is_written_directly_and_a_symlink_stays_a_link(tmp_pat
     mask = os.umask(0o022)
     os.umask(mask)
     assert real.stat().st_mode & 0o777 == 0o666 & ~mask          # as open() creates files
+
+
+def test_memory_error_during_a_run_is_one_line_exit_2(tmp_path):
+    """D5: an allocation failure in the core (MemoryError, tests/test_core_memory.py shows it
+    propagating) ends the CLI with one line and status 2, and no partial output file."""
+    out = tmp_path / "r.jsonl"
+    code = ("import sys\n"
+            "import mocker.replay.run as run\n"
+            "def fail(*a, **k):\n"
+            "    raise MemoryError('std::bad_alloc')\n"
+            "run.run_simulation = fail\n"
+            "from mocker.cli import main\n"
+            f"sys.exit(main(['replay', {TINY!r}, '--report-jsonl', {str(out)!r}]))\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == [
+        "mocker replay: error: out of memory (std::bad_alloc); try fewer requests, workers or num_gpu_blocks"]
+    assert list(tmp_path.iterdir()) == []
