@@ -783,6 +783,24 @@ def sglang_disagg_scenarios():
                              "kv_transfer_bandwidth": 0.5, "kv_transfer_timing_mode": "destination_missing"},
                     decode={"num_gpu_blocks": 151}, backend="sglang", block_size=64,
                     preemption_mode="lifo", speedup_ratio=0.5)),
+        T("pd_sglang_activation_start_order",
+          [pd_req(0, 64, 30, 100), pd_req(1, 64, 30, 200), pd_req(12.5, 64, 5, 300), pd_req(24.5, 64, 5, 400),
+           pd_req(24.6, 64, 5, 500)],
+          "SGLang 2P1D round robin, 50 GB/s, decode max_num_seqs 3: at the decode pass end 25.28 the "
+          "pass's own attempt reserves 24.5 (prefill worker 1), the activation applied there reserves "
+          "24.6 (worker 0); worker 1's pass starts first, so at 35.28 its handoff goes first and 24.5 "
+          "takes the free seat at 37.28, 24.6 waits to 41.28 (fuzz 99105/51)",
+          trace_block_size=64, num_prefill_workers=2,
+          **pd_args(prefill={"kv_transfer_bytes_per_token": 1000000, "kv_transfer_bandwidth": 50.0},
+                    decode={"max_num_seqs": 3}, **sgf)),
+        S("pd_sglang_start_order_fuzz99105", (1, 20, 9),
+          "fuzz 99105/51 shrunk (17 -> 9 requests): SGLang 2P1D, 1-token prompts, Poisson 200/s; the "
+          "requests at 64.951 and 64.957 are reserved at one decode pass end (pass attempt, then "
+          "activation), prefilled together on workers 1 and 0; worker 1's handoff goes first",
+          request_rate=200.0, arrival_seed=544, num_prefill_workers=2,
+          **pd_args(prefill={"kv_transfer_bytes_per_token": 1000000, "kv_transfer_bandwidth": 50.0},
+                    backend="sglang", max_num_seqs=2,
+                    sglang={"schedule_policy": "lpm", "clip_max_new_tokens": 256})),
         S("pd_sglang_synth", (2000, 40, 60), "SGLang synthetic 1P1D, rate 10, shared prefixes, kv_router",
           request_rate=10.0, shared_prefix_ratio=0.5, num_prefix_groups=3, **KVR,
           **pd_args(prefill=r8b, backend="sglang", block_size=64)),

@@ -92,6 +92,11 @@ cdef class ReplayCore:
     cdef vector[int8_t] busy
     cdef vector[int8_t] stalled          # made an effect-free zero-duration pass; waits for an arrival
     cdef vector[double] busy_until
+    cdef vector[int64_t] start_seq       # per worker: order of its current pass's start
+    cdef int64_t next_start_seq
+    cdef vector[int8_t] late_start       # disaggregated SGLang: prefill work handed over by an
+                                         # activation applied at a decode pass end (start last)
+    cdef bint in_activation
     cdef int64_t rr_next
     cdef public int64_t arrived
     cdef public int64_t terminal
@@ -225,6 +230,8 @@ cdef class ReplayCore:
         self.busy.resize(self.n_workers, 0)
         self.stalled.resize(self.n_workers, 0)
         self.busy_until.resize(self.n_workers, 0.0)
+        self.start_seq.resize(self.n_workers, 0)
+        self.late_start.resize(self.n_workers, 0)
         self.now = 0.0
 
     # -- arrivals ----------------------------------------------------------------
@@ -277,6 +284,8 @@ cdef class ReplayCore:
             self.rr_next += 1
         self.t.prefill_worker[r] = <int32_t>w
         self.t.max_out[r] = 1
+        if self.in_activation:
+            self.late_start[self.group_of[w]] = 1
         self.stalled[self.group_of[w]] = 0
         (<Rank>self.ranks[w]).add_request(r)
         return 0
@@ -436,12 +445,24 @@ cdef class ReplayCore:
         completes only once every worker has started this round (decode pool first, as at a
         pass end), so its handoffs meet a decode worker that is already mid-pass; then the
         next round starts whoever is idle with work."""
-        cdef int64_t w, j, retries
+        cdef int64_t w, j, retries, i
         cdef double x
         cdef bint zero_done, retry
         while True:
             zero_done = False
-            for w in range(self.n_workers):
+            for i in range(self.n_workers + self.n_prefill_workers):
+                # prefill workers whose work came from an activation at a decode pass end start
+                # after the others (second sweep)
+                if i < self.n_prefill_workers:
+                    w = i
+                    if self.late_start[w]:
+                        continue
+                elif i < 2 * self.n_prefill_workers:
+                    w = i - self.n_prefill_workers
+                    if not self.late_start[w]:
+                        continue
+                else:
+                    w = i - self.n_prefill_workers
                 retries = 0
                 while not self.busy[w] and not self.stalled[w] and self._has_work(w):
                     self._start_pass(w, now, &x)
@@ -450,6 +471,8 @@ cdef class ReplayCore:
                     if x != now:
                         self.busy[w] = 1
                         self.busy_until[w] = x
+                        self.start_seq[w] = self.next_start_seq
+                        self.next_start_seq += 1
                         break
                     if not self._effect:
                         retry = False
@@ -484,23 +507,40 @@ cdef class ReplayCore:
                     if self.disagg:
                         self.busy[w] = 1        # ends at `now`, after this round (below)
                         self.busy_until[w] = now
+                        self.start_seq[w] = self.next_start_seq
+                        self.next_start_seq += 1
                         zero_done = True
                         break
                     self._complete_worker_pass(w, now)
+            for w in range(self.n_prefill_workers):
+                self.late_start[w] = 0
             if not zero_done:
                 return 0
             self._complete_passes_ending(now)
 
     cdef int _complete_passes_ending(self, double now) except -1 nogil:
-        """Complete every busy worker's pass that ends at ``now``, in worker order;
+        """Complete every busy worker's pass that ends at ``now``, in worker order (SGLang
+        disaggregated prefill workers: in the order their passes started);
         disaggregated, the decode pool's first, so a prefill that ends at a decode pass end
         hands off to an idle decode worker."""
-        cdef int64_t w
+        cdef int64_t w, best
         if self.disagg:
             for w in range(self.n_prefill_workers, self.n_workers):
                 if self.busy[w] and self.busy_until[w] == now:
                     self.busy[w] = 0
                     self._complete_worker_pass(w, now)
+            if self.dest_first:
+                # SGLang: prefill passes that end together complete in the order they started
+                while True:
+                    best = -1
+                    for w in range(self.n_prefill_workers):
+                        if (self.busy[w] and self.busy_until[w] == now
+                                and (best < 0 or self.start_seq[w] < self.start_seq[best])):
+                            best = w
+                    if best < 0:
+                        break
+                    self.busy[best] = 0
+                    self._complete_worker_pass(best, now)
         for w in range(self.n_workers):
             if self.busy[w] and self.busy_until[w] == now:
                 self.busy[w] = 0
@@ -598,10 +638,12 @@ cdef class ReplayCore:
                     # end's attempt; SGLang: an activation that frees duplicate pages lets the
                     # head in)
                     self._try_reserve(k, now, 1)
+                    self.in_activation = self.dest_first
                     for r in self.pend_activate[k]:
                         (<Rank>self.ranks[k]).activate_destination(r)
                         self._activated(r, k, now)
                         self._try_reserve(k, now, 1)
+                    self.in_activation = False
                     self.pend_activate[k].clear()
 
         for k in range(self.g_first[w], self.g_first[w] + self.g_n[w]):
