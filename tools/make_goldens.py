@@ -783,20 +783,40 @@ def sglang_disagg_scenarios():
                              "kv_transfer_bandwidth": 0.5, "kv_transfer_timing_mode": "destination_missing"},
                     decode={"num_gpu_blocks": 151}, backend="sglang", block_size=64,
                     preemption_mode="lifo", speedup_ratio=0.5)),
-        T("pd_sglang_activation_start_order",
+        T("pd_sglang_transfer_reservation_order",
           [pd_req(0, 64, 30, 100), pd_req(1, 64, 30, 200), pd_req(12.5, 64, 5, 300), pd_req(24.5, 64, 5, 400),
            pd_req(24.6, 64, 5, 500)],
-          "SGLang 2P1D round robin, 50 GB/s, decode max_num_seqs 3: at the decode pass end 25.28 the "
-          "pass's own attempt reserves 24.5 (prefill worker 1), the activation applied there reserves "
-          "24.6 (worker 0); worker 1's pass starts first, so at 35.28 its handoff goes first and 24.5 "
-          "takes the free seat at 37.28, 24.6 waits to 41.28 (fuzz 99105/51)",
+          "SGLang 2P1D round robin, 50 GB/s, decode max_num_seqs 3: 24.5 and 24.6 are reserved at "
+          "the decode pass end 25.28 (24.5 first, prefill worker 1; 24.6 on worker 0), prefilled "
+          "together, and their transfers end together at 36.56: they activate in reservation order, "
+          "so 24.5 takes the free seat at 37.28 and 24.6 waits to 41.28 (fuzz 99105/51)",
           trace_block_size=64, num_prefill_workers=2,
           **pd_args(prefill={"kv_transfer_bytes_per_token": 1000000, "kv_transfer_bandwidth": 50.0},
                     decode={"max_num_seqs": 3}, **sgf)),
-        S("pd_sglang_start_order_fuzz99105", (1, 20, 9),
+        T("pd_sglang_transfer_reservation_not_start", [
+            '{"timestamp": 5.72, "input_length": 100, "output_length": 30, "hash_ids": [8000, 8001]}',
+            '{"timestamp": 6.56, "input_length": 64, "output_length": 10, "hash_ids": [1000]}',
+            '{"timestamp": 9.12, "input_length": 128, "output_length": 30, "hash_ids": [0, 1]}',
+            '{"timestamp": 9.18, "input_length": 128, "output_length": 3, "hash_ids": [6000, 6001]}',
+            '{"timestamp": 35.64, "input_length": 64, "output_length": 5, "hash_ids": [4000]}',
+            '{"timestamp": 36.9, "input_length": 64, "output_length": 5, "hash_ids": [2000]}',
+            '{"timestamp": 36.99, "input_length": 200, "output_length": 40, "hash_ids": [7000, 7001, 7002, 7003]}',
+            '{"timestamp": 37.22, "input_length": 100, "output_length": 3, "hash_ids": [5000, 5001]}',
+            '{"timestamp": 38.38, "input_length": 200, "output_length": 30, "hash_ids": [3000, 3001, 3002, 3003]}',
+          ],
+          "SGLang 2P1D round robin, 50 GB/s, decode max_num_seqs 1: three transfers end at the "
+          "decode pass end 54 -- two 200-token prompts from worker 0's pass (held 50, reserved at 33 "
+          "and 35), one 100-token prompt from worker 1 (held 52, "
+          "reserved at 34): they activate in reservation order (33, 34, 35), not in the order the "
+          "transfers started; the 100-token one decodes at 135, not 165",
+          trace_block_size=64, num_prefill_workers=2,
+          **pd_args(prefill={"kv_transfer_bytes_per_token": 1000000, "kv_transfer_bandwidth": 50.0},
+                    decode={"max_num_seqs": 1}, **sgf)),
+        S("pd_sglang_reservation_order_fuzz99105", (1, 20, 9),
           "fuzz 99105/51 shrunk (17 -> 9 requests): SGLang 2P1D, 1-token prompts, Poisson 200/s; the "
-          "requests at 64.951 and 64.957 are reserved at one decode pass end (pass attempt, then "
-          "activation), prefilled together on workers 1 and 0; worker 1's handoff goes first",
+          "requests at 64.951 and 64.957 are reserved at one decode pass end (in that order; prefill "
+          "workers 1 and 0), prefilled together, transfers end together: the first reserved activates "
+          "first",
           request_rate=200.0, arrival_seed=544, num_prefill_workers=2,
           **pd_args(prefill={"kv_transfer_bytes_per_token": 1000000, "kv_transfer_bandwidth": 50.0},
                     backend="sglang", max_num_seqs=2,

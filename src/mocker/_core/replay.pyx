@@ -35,6 +35,11 @@ class ReplayInvariantError(RuntimeError):
     """The simulation can make no progress (reference wording kept)."""
 
 
+# transfer heap keys at or above this are timed SGLang transfers (key - XFER_TIMED: the
+# destination's reservation order); below it, the handoff order (xfer_rid)
+cdef int64_t XFER_TIMED = 1099511627776
+
+
 cdef class ReplayCore:
     cdef ReqTable t
     cdef list _ranks                     # keeps the rank objects alive
@@ -62,6 +67,8 @@ cdef class ReplayCore:
     cdef bint dest_first                       # SGLang order: the destination is reserved at arrival,
                                                # then the prefill runs (vLLM/TRT-LLM: source first)
     cdef vector[int64_t] dest_missing          # dest_first, per request: blocks missing at the destination
+    cdef vector[int64_t] res_seq               # dest_first, per request: order of its reservation
+    cdef vector[rid_t] rid_by_res              # dest_first: reservation order -> request
     cdef vector[int64_t] g_interval      # per worker: prefill_schedule_interval of its engine
     cdef vector[int8_t] stepped          # per rank: ran in its worker's current pass
     cdef vector[int64_t] next_rank       # per worker: round-robin rank counter
@@ -92,11 +99,6 @@ cdef class ReplayCore:
     cdef vector[int8_t] busy
     cdef vector[int8_t] stalled          # made an effect-free zero-duration pass; waits for an arrival
     cdef vector[double] busy_until
-    cdef vector[int64_t] start_seq       # per worker: order of its current pass's start
-    cdef int64_t next_start_seq
-    cdef vector[int8_t] late_start       # disaggregated SGLang: prefill work handed over by an
-                                         # activation applied at a decode pass end (start last)
-    cdef bint in_activation
     cdef int64_t rr_next
     cdef public int64_t arrived
     cdef public int64_t terminal
@@ -185,6 +187,7 @@ cdef class ReplayCore:
             self.dest_first = disagg.get("destination_first", False)
             if self.dest_first:
                 self.dest_missing.resize(n, 0)
+                self.res_seq.resize(n, 0)
             self.pend_reserve.resize(self.n_ranks)
             self.pend_activate.resize(self.n_ranks)
             self.pend_release.resize(self.n_ranks)
@@ -230,8 +233,6 @@ cdef class ReplayCore:
         self.busy.resize(self.n_workers, 0)
         self.stalled.resize(self.n_workers, 0)
         self.busy_until.resize(self.n_workers, 0.0)
-        self.start_seq.resize(self.n_workers, 0)
-        self.late_start.resize(self.n_workers, 0)
         self.now = 0.0
 
     # -- arrivals ----------------------------------------------------------------
@@ -284,8 +285,6 @@ cdef class ReplayCore:
             self.rr_next += 1
         self.t.prefill_worker[r] = <int32_t>w
         self.t.max_out[r] = 1
-        if self.in_activation:
-            self.late_start[self.group_of[w]] = 1
         self.stalled[self.group_of[w]] = 0
         (<Rank>self.ranks[w]).add_request(r)
         return 0
@@ -390,7 +389,10 @@ cdef class ReplayCore:
             # 1b. KV transfers that finish now: activate the destination (at the decode
             #     worker's pass end if it is busy), then release the source
             while not self.transfers.empty() and -self.transfers.top().first <= now:
-                r = self.xfer_rid[-self.transfers.top().second]
+                if -self.transfers.top().second >= XFER_TIMED:
+                    r = self.rid_by_res[-self.transfers.top().second - XFER_TIMED]
+                else:
+                    r = self.xfer_rid[-self.transfers.top().second]
                 self.transfers.pop()
                 j = self.n_prefill_ranks + self.t.worker[r]
                 if self.busy[self.group_of[j]]:
@@ -445,24 +447,12 @@ cdef class ReplayCore:
         completes only once every worker has started this round (decode pool first, as at a
         pass end), so its handoffs meet a decode worker that is already mid-pass; then the
         next round starts whoever is idle with work."""
-        cdef int64_t w, j, retries, i
+        cdef int64_t w, j, retries
         cdef double x
         cdef bint zero_done, retry
         while True:
             zero_done = False
-            for i in range(self.n_workers + self.n_prefill_workers):
-                # prefill workers whose work came from an activation at a decode pass end start
-                # after the others (second sweep)
-                if i < self.n_prefill_workers:
-                    w = i
-                    if self.late_start[w]:
-                        continue
-                elif i < 2 * self.n_prefill_workers:
-                    w = i - self.n_prefill_workers
-                    if not self.late_start[w]:
-                        continue
-                else:
-                    w = i - self.n_prefill_workers
+            for w in range(self.n_workers):
                 retries = 0
                 while not self.busy[w] and not self.stalled[w] and self._has_work(w):
                     self._start_pass(w, now, &x)
@@ -471,8 +461,6 @@ cdef class ReplayCore:
                     if x != now:
                         self.busy[w] = 1
                         self.busy_until[w] = x
-                        self.start_seq[w] = self.next_start_seq
-                        self.next_start_seq += 1
                         break
                     if not self._effect:
                         retry = False
@@ -507,40 +495,23 @@ cdef class ReplayCore:
                     if self.disagg:
                         self.busy[w] = 1        # ends at `now`, after this round (below)
                         self.busy_until[w] = now
-                        self.start_seq[w] = self.next_start_seq
-                        self.next_start_seq += 1
                         zero_done = True
                         break
                     self._complete_worker_pass(w, now)
-            for w in range(self.n_prefill_workers):
-                self.late_start[w] = 0
             if not zero_done:
                 return 0
             self._complete_passes_ending(now)
 
     cdef int _complete_passes_ending(self, double now) except -1 nogil:
-        """Complete every busy worker's pass that ends at ``now``, in worker order (SGLang
-        disaggregated prefill workers: in the order their passes started);
+        """Complete every busy worker's pass that ends at ``now``, in worker order;
         disaggregated, the decode pool's first, so a prefill that ends at a decode pass end
         hands off to an idle decode worker."""
-        cdef int64_t w, best
+        cdef int64_t w
         if self.disagg:
             for w in range(self.n_prefill_workers, self.n_workers):
                 if self.busy[w] and self.busy_until[w] == now:
                     self.busy[w] = 0
                     self._complete_worker_pass(w, now)
-            if self.dest_first:
-                # SGLang: prefill passes that end together complete in the order they started
-                while True:
-                    best = -1
-                    for w in range(self.n_prefill_workers):
-                        if (self.busy[w] and self.busy_until[w] == now
-                                and (best < 0 or self.start_seq[w] < self.start_seq[best])):
-                            best = w
-                    if best < 0:
-                        break
-                    self.busy[best] = 0
-                    self._complete_worker_pass(best, now)
         for w in range(self.n_workers):
             if self.busy[w] and self.busy_until[w] == now:
                 self.busy[w] = 0
@@ -638,12 +609,10 @@ cdef class ReplayCore:
                     # end's attempt; SGLang: an activation that frees duplicate pages lets the
                     # head in)
                     self._try_reserve(k, now, 1)
-                    self.in_activation = self.dest_first
                     for r in self.pend_activate[k]:
                         (<Rank>self.ranks[k]).activate_destination(r)
                         self._activated(r, k, now)
                         self._try_reserve(k, now, 1)
-                    self.in_activation = False
                     self.pend_activate[k].clear()
 
         for k in range(self.g_first[w], self.g_first[w] + self.g_n[w]):
@@ -720,6 +689,11 @@ cdef class ReplayCore:
         if self.xfer_bytes > 0.0 and self.xfer_bw > 0.0:
             tokens = <double>(missing_tokens if self.xfer_missing else self.t.prompt_len[r])
             delay = (tokens * self.xfer_bytes) / (self.xfer_bw * 1e9) * 1000.0
+        if self.dest_first and delay > 0.0:
+            # SGLang: timed transfers that finish at the same instant complete in the order their
+            # destinations were reserved (after untimed handoffs, which keep the handoff order)
+            self.transfers.push(Arrival(-(now + delay), -(XFER_TIMED + self.res_seq[r])))
+            return 0
         # transfers that finish at the same instant complete in the order they started
         self.transfers.push(Arrival(-(now + delay), -<int64_t>self.xfer_rid.size()))
         self.xfer_rid.push_back(r)
@@ -746,6 +720,8 @@ cdef class ReplayCore:
             self.pend_reserve[k].pop_front()
             self.t.dest_reserved[r] = now
             if self.dest_first:
+                self.res_seq[r] = <int64_t>self.rid_by_res.size()
+                self.rid_by_res.push_back(r)
                 # SGLang: with room reserved on the decode rank the prefill is routed and runs;
                 # the transfer starts when its source is held
                 self.dest_missing[r] = missing
