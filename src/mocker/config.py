@@ -15,14 +15,13 @@ import os
 from typing import Any
 
 from mocker.errors import ConfigError
+from mocker.limits import MAX_BLOCKS_PER_RANK
 
 __all__ = ["ConfigError", "normalize_config", "load_config", "normalize_router_config",
            "DEFAULT_BLOCK_SIZE", "MAX_BLOCKS_PER_RANK", "MAX_STARTUP_TIME_S"]
 
 PREFIX = "invalid engine launch config: "
 _USIZE_MAX = 2 ** 64 - 1
-# KV block slots of a rank are 32-bit in the compiled core (-1 is "none")
-MAX_BLOCKS_PER_RANK = 2 ** 31 - 2
 # a modeled start-up delay longer than a day is a mistake, not a model
 MAX_STARTUP_TIME_S = 86400.0
 

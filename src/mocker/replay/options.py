@@ -138,6 +138,14 @@ def _as_float(name: str, v: Any) -> float:
         raise ReplayError(f"{name} must be a finite number, got {v!r}", name) from None
 
 
+def _finite_nonneg(name: str, value: Any) -> float:
+    """``value`` as a float, or the reference's "finite, non-negative value" error."""
+    f = _as_float(name, value)
+    if not math.isfinite(f) or f < 0:
+        raise ReplayError(f"{name} must be a finite, non-negative value, got {_num(f)}", name)
+    return f
+
+
 def _as_int(name: str, v: Any, minimum: int, words: str) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
         raise ReplayError(f"{name} must be an integer, got {v!r}", name)
@@ -187,19 +195,14 @@ def check_options(mode: str, kwargs: dict, func: str) -> Options:
                           "arrival times are not used)", "arrival_speedup_ratio")
     else:
         v["arrival_speedup_ratio"] = 1.0
-    if v["max_sim_time_ms"] is not None:
-        m = _as_float("max_sim_time_ms", v["max_sim_time_ms"])
-        if not math.isfinite(m) or m < 0:
-            raise ReplayError(f"max_sim_time_ms must be a finite, non-negative value, got {_num(m)}",
-                              "max_sim_time_ms")
-        v["max_sim_time_ms"] = m
+    for name in ("max_sim_time_ms", "kv_event_lag_ms"):
+        if v[name] is not None:
+            v[name] = _finite_nonneg(name, v[name])
     for name in ("sla_ttft_ms", "sla_itl_ms", "sla_e2e_ms"):
         if v[name] is None:
             continue
-        f = _as_float(name, v[name])
+        f = _finite_nonneg(name, v[name])
         short = name[4:]
-        if not math.isfinite(f) or f < 0:
-            raise ReplayError(f"{name} must be a finite, non-negative value, got {_num(f)}", name)
         if f == 0:
             raise ReplayError(f"invalid replay spec: sla.{short} must be finite and positive, got {_num(f)}",
                               name)
@@ -207,12 +210,6 @@ def check_options(mode: str, kwargs: dict, func: str) -> Options:
     if v["sla_e2e_ms"] is not None and (v["sla_ttft_ms"] is not None or v["sla_itl_ms"] is not None):
         raise ReplayError("invalid replay spec: sla.e2e_ms is mutually exclusive with sla.ttft_ms/itl_ms",
                           "sla_e2e_ms")
-    if v["kv_event_lag_ms"] is not None:
-        lag = _as_float("kv_event_lag_ms", v["kv_event_lag_ms"])
-        if not math.isfinite(lag) or lag < 0:
-            raise ReplayError(f"kv_event_lag_ms must be a finite, non-negative value, got {v['kv_event_lag_ms']!r}",
-                              "kv_event_lag_ms")
-        v["kv_event_lag_ms"] = lag
     # options without an effect in the chosen placement are refused, not ignored
     if v["router_mode"] != "kv_router":
         for name in ("router_config", "kv_event_lag_ms"):

@@ -85,7 +85,7 @@ def _umask() -> int:
     return 0o022
 
 
-def _record_args(sim, cap: float) -> dict:
+def _record_args(sim) -> dict:
     topo = sim.topology
     overlap = None if sim.router is None else sim.router.overlap_tokens()
     if topo.decode_config is None:
@@ -105,7 +105,7 @@ def write_records(sim, fh, cap: float, progress=None) -> int:
     w = sim.workload
     names = w.session_names if isinstance(w.session_names, list) else list(w.session_names)
     return _compiled_write(fh, cols, order, w.session_index, names, w.turn_index, cap,
-                           progress=progress, **_record_args(sim, cap))
+                           progress=progress, **_record_args(sim))
 
 
 def capture_records(sim, cap: float) -> list[dict]:

@@ -152,13 +152,14 @@ def _goodput_mask(cols: dict, mask: np.ndarray, sla: dict) -> np.ndarray:
     return mask & np.where(n_out == 0, empty_ok, ok)
 
 
-def build_outcome(cols: dict, max_sim_time_ms: float, arrived: int, max_model_len: int | None) -> dict:
-    """How the requests that arrived ended, and why the rejected ones were rejected."""
+def build_outcome(cols: dict, max_sim_time_ms: float, arrived: int, completed: int,
+                  max_model_len: int | None) -> dict:
+    """How the requests that arrived ended (``completed``: the summary's count), and why the
+    rejected ones were rejected."""
     status = cols["status"]
     term = cols["terminal_time_ms"]
     with np.errstate(invalid="ignore"):
         in_time = term <= max_sim_time_ms
-    completed = int(_completed_mask(cols, max_sim_time_ms).sum())
     rejected = (status == STATUS_CODES["rejected"]) & in_time
     out: dict[str, Any] = {"arrived": int(arrived), "completed": completed, "rejected": int(rejected.sum()),
            "failed": int(((status == STATUS_CODES["failed"]) & in_time).sum())}

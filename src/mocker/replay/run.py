@@ -101,7 +101,7 @@ def _summarize(sim: Simulation, opts: Options, cap: float, wall_ms: float) -> tu
                             sim_end_ms=core.now_ms, wall_time_ms=wall_ms, itl=core.itl_summary(),
                             tput=core.throughput_summary(), max_sim_time_ms=cap, sla=sla, **pools)
     max_len = (topo.decode_config or topo.config)["engine"]["max_model_len"]
-    outcome = build_outcome(ordered, cap, core.arrived, max_len)
+    outcome = build_outcome(ordered, cap, core.arrived, summary["completed_requests"], max_len)
     return summary, outcome
 
 
