@@ -156,6 +156,7 @@ CASES = {
     "D8 summary output in a missing directory": (lambda t: ["replay", _never_progress(t), "--extra-engine-args", '{"engine": {"num_gpu_blocks": 2}}',
                                                             "--report-json", str(t / "missing" / "s.json")],
                                                  ["--report-json", "No such file or directory"]),
+    "empty output path": (lambda t: ["replay", TINY, "--report-jsonl", ""], ["report_jsonl_path: empty path"]),
     "summary output is a directory": (lambda t: ["replay", TINY, "--report-json", str(t)], ["--report-json", "Is a directory"]),
 }
 

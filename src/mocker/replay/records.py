@@ -27,9 +27,11 @@ class OutputFile:
     def __init__(self, path, what: str):
         self.path = os.fspath(path)
         self.what = what
-        if os.path.isdir(self.path):
-            raise OutputError(f"{what} {self.path}: Is a directory")
+        if not self.path:
+            raise OutputError(f"{what}: empty path")
         target = os.path.realpath(self.path)           # a symlink stays a symlink
+        if os.path.isdir(target):
+            raise OutputError(f"{what} {self.path}: Is a directory")
         self.tmp: str | None = None
         try:
             if os.path.exists(self.path) and not os.path.isfile(self.path):
